@@ -1,0 +1,30 @@
+# The README's two commands: `make run` and `make test`. Everything else is a helper.
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+
+.PHONY: run test setup lint models compose-check clean
+
+run: setup
+	$(PYTHON) manage.py migrate --noinput
+	$(PYTHON) manage.py bootstrap
+	$(PYTHON) manage.py omni_up
+
+test: setup
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/lint-imports
+
+models: setup
+	$(PYTHON) -m stages.tiny var/models
+
+compose-check: setup
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
+
+clean:
+	rm -rf var/test.sqlite3 .pytest_cache

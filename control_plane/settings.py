@@ -1,0 +1,190 @@
+"""Omnistage settings: one module, driven by the environment.
+
+Every variable is documented in the README's "Settings" table. A malformed value stops
+start-up with one line naming the variable and the expected form.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+
+import dj_database_url
+
+from control_plane.env import (
+    DATABASE_SCHEMES,
+    REDIS_SCHEMES,
+    EnvError,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _secret_key(var_dir: Path) -> str:
+    configured = env_str("DJANGO_SECRET_KEY")
+    if configured:
+        return configured
+    path = var_dir / "secret_key"
+    if not path.exists():
+        var_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _redis_to_celery(url: str) -> str:
+    if url.startswith("unix://"):
+        return "redis+socket://" + url.removeprefix("unix://")
+    return url
+
+
+try:
+    VAR_DIR = Path(env_str("OMNISTAGE_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+    DEBUG = env_bool("DJANGO_DEBUG", False)
+    SECRET_KEY = _secret_key(VAR_DIR)
+    ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+    CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+    _database_url = env_url("DATABASE_URL", DATABASE_SCHEMES, "postgres://user:pass@127.0.0.1:5432/omnistage")
+    _redis_url = env_url("REDIS_URL", REDIS_SCHEMES, "redis://127.0.0.1:6379/0")
+    HEARTBEAT_INTERVAL_S = env_float("OMNISTAGE_HEARTBEAT_INTERVAL", 2.0, minimum=0.1)
+    HEARTBEAT_TTL_S = env_float("OMNISTAGE_HEARTBEAT_TTL", 10.0, minimum=0.5)
+    LONGEST_TASK_S = env_int("OMNISTAGE_LONGEST_TASK_S", 1800, minimum=1)
+    VISIBILITY_TIMEOUT_S = env_int("OMNISTAGE_VISIBILITY_TIMEOUT_S", 3600, minimum=1)
+    WEB_HOST = env_str("OMNISTAGE_HOST", "127.0.0.1")
+    WEB_PORT = env_int("OMNISTAGE_PORT", 8000, minimum=1)
+    WORKER_POOLS = env_list("OMNISTAGE_POOLS", ["cpu"])
+    WORKER_CONCURRENCY = env_int("OMNISTAGE_WORKER_CONCURRENCY", 2, minimum=1)
+except EnvError as error:
+    sys.exit(f"omnistage: configuration error: {error}")
+
+EMBEDDED_REDIS = _redis_url is None
+EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
+REDIS_URL = _redis_url or f"unix://{EMBEDDED_REDIS_SOCKET}"
+
+if _database_url:
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "omnistage.sqlite3",
+            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            # a file, not memory, so that the live servers a test starts share it
+            "TEST": {"NAME": VAR_DIR / "test.sqlite3"},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "control_plane.system",
+    "control_plane.accounts",
+    "control_plane.deployments",
+    "control_plane.inference",
+    "control_plane.orchestrator",
+    "console",
+]
+
+# Every app of ours keeps its migrations under migrations/<label>/ (checked by system.E001).
+OUR_APPS = ["system", "accounts", "deployments", "inference", "orchestrator", "console"]
+MIGRATION_MODULES = {label: f"migrations.{label}" for label in OUR_APPS}
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "control_plane.urls"
+ASGI_APPLICATION = "control_plane.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+MEDIA_URL = "media/"
+MEDIA_ROOT = Path(env_str("OMNISTAGE_MEDIA_ROOT", str(VAR_DIR / "media")))
+MODELS_DIR = Path(env_str("OMNISTAGE_MODELS_DIR", str(VAR_DIR / "models")))
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "omni:channels"},
+    }
+}
+
+CELERY_BROKER_URL = _redis_to_celery(REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = WORKER_POOLS[0]
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "control_plane.accounts.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Omnistage API",
+    "DESCRIPTION": "Pipelines, deployments, replicas, requests, usage and API keys.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("OMNISTAGE_LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

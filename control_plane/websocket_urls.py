@@ -1,0 +1,3 @@
+"""WebSocket routes (Channels consumers). The console and realtime issues add theirs here."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,247 @@
+"""Pipeline and deploy configuration.
+
+`PipelineConfig` is a model family's logical stage graph (frozen, defined in code under
+`stages/models/`). `DeployConfig` is the user-editable placement of one deployment.
+Both load from and dump to JSON or YAML; every validation error names its field as a
+dotted path (`stages.talker.replicas`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import msgspec
+
+from stages.errors import ConfigError
+
+StageKind = Literal["ar", "generation", "diffusion"]
+Backend = Literal["torch", "vllm", "generation", "diffusers", "echo"]
+DType = Literal["float32", "bfloat16", "float16"]
+ConnectorChoice = Literal["auto", "inline", "shm", "redis"]
+EdgeCarries = Literal["text", "tokens", "hidden", "codes", "embeddings", "kv"]
+OutputModality = Literal["text", "audio", "image", "video"]
+
+
+class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One node of the stage graph."""
+
+    id: int
+    name: str
+    kind: StageKind
+    output: OutputModality | None = None
+    """The client-visible modality this stage emits, or None for inner stages."""
+    default_backend: Backend = "torch"
+    model_subdir: str = ""
+    """Which part of the checkpoint directory this stage loads (empty: the whole)."""
+    input_processor: str | None = None
+    """Dotted path of the function that turns upstream outputs into this stage's input."""
+    default_sampling: dict[str, Any] = {}
+
+
+class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    source: int
+    target: int
+    carries: EdgeCarries = "text"
+    streaming: bool = False
+    """Async chunk: the target starts on the source's partial outputs."""
+
+
+class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    family: str
+    name: str
+    description: str = ""
+    stages: list[StageConfig]
+    edges: list[EdgeConfig] = []
+    needs_chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        _validate_pipeline(self)
+
+    def stage(self, stage_id: int) -> StageConfig:
+        for stage in self.stages:
+            if stage.id == stage_id:
+                return stage
+        raise KeyError(stage_id)
+
+    def stage_named(self, name: str) -> StageConfig:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    @property
+    def entry_stage(self) -> StageConfig:
+        targets = {edge.target for edge in self.edges}
+        return next(stage for stage in self.stages if stage.id not in targets)
+
+    def downstream(self, stage_id: int) -> list[EdgeConfig]:
+        return [edge for edge in self.edges if edge.source == stage_id]
+
+    def upstream(self, stage_id: int) -> list[EdgeConfig]:
+        return [edge for edge in self.edges if edge.target == stage_id]
+
+    @property
+    def output_modalities(self) -> list[str]:
+        return [stage.output for stage in self.stages if stage.output]
+
+
+def _validate_pipeline(config: PipelineConfig) -> None:
+    if not config.stages:
+        raise ConfigError("stages", "a pipeline needs at least one stage")
+    ids = [stage.id for stage in config.stages]
+    names = [stage.name for stage in config.stages]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("stages.id", f"stage ids must be unique, got {ids}")
+    if len(set(names)) != len(names):
+        raise ConfigError("stages.name", f"stage names must be unique, got {names}")
+    for index, edge in enumerate(config.edges):
+        for end in ("source", "target"):
+            if getattr(edge, end) not in ids:
+                raise ConfigError(f"edges[{index}].{end}", f"no stage with id {getattr(edge, end)}")
+        if edge.source == edge.target:
+            raise ConfigError(f"edges[{index}]", "an edge cannot loop on one stage")
+    entries = [sid for sid in ids if sid not in {edge.target for edge in config.edges}]
+    if len(entries) != 1:
+        raise ConfigError("edges", f"the graph needs exactly one entry stage, found {entries}")
+    _check_acyclic(config)
+
+
+def _check_acyclic(config: PipelineConfig) -> None:
+    remaining = {stage.id for stage in config.stages}
+    edges = list(config.edges)
+    while remaining:
+        free = {sid for sid in remaining if not any(e.target == sid and e.source in remaining for e in edges)}
+        if not free:
+            raise ConfigError("edges", "the stage graph has a cycle")
+        remaining -= free
+
+
+class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Placement and engine knobs of one stage in one deployment."""
+
+    backend: Backend | None = None
+    device: str = "cpu"
+    replicas: int = 1
+    pool: str = "cpu"
+    max_batch: int = 16
+    max_length: int = 2048
+    dtype: DType = "float32"
+    kv_memory_mb: int = 256
+    prefill_chunk: int = 512
+    async_chunk_size: int = 25
+    first_chunk_size: int = 5
+    connector: ConnectorChoice = "auto"
+    options: dict[str, Any] = {}
+    """Engine-specific switches (diffusion: cfg_batching, step_cache, cpu_offload …)."""
+
+    def validate(self, path: str) -> None:
+        if self.replicas < 1:
+            raise ConfigError(f"{path}.replicas", "must be at least 1")
+        if self.max_batch < 1:
+            raise ConfigError(f"{path}.max_batch", "must be at least 1")
+        if self.max_length < 2:
+            raise ConfigError(f"{path}.max_length", "must be at least 2")
+        if self.kv_memory_mb < 1:
+            raise ConfigError(f"{path}.kv_memory_mb", "must be at least 1")
+        if self.prefill_chunk < 1:
+            raise ConfigError(f"{path}.prefill_chunk", "must be at least 1")
+        if self.async_chunk_size < 1 or self.first_chunk_size < 1:
+            raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")
+        if not _is_device(self.device):
+            raise ConfigError(f"{path}.device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if not self.pool or not self.pool.replace(".", "").replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"{path}.pool", f"expected a queue name such as 'cpu' or 'gpu.h200', got {self.pool!r}")
+
+
+def _is_device(device: str) -> bool:
+    if device in ("cpu", "cuda"):
+        return True
+    prefix, _, index = device.partition(":")
+    return prefix == "cuda" and index.isdigit()
+
+
+class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Per-stage placement, keyed by stage name. Stages left out take the defaults."""
+
+    stages: dict[str, StageDeployConfig] = {}
+    async_chunk: bool = True
+    max_queue: int = 64
+    request_timeout_s: float = 300.0
+    hop_timeout_s: float = 30.0
+
+    def for_stage(self, stage: StageConfig) -> StageDeployConfig:
+        config = self.stages.get(stage.name) or StageDeployConfig()
+        if config.backend is None:
+            config = msgspec.structs.replace(config, backend=stage.default_backend)
+        return config
+
+    def validate(self, pipeline: PipelineConfig) -> None:
+        known = {stage.name for stage in pipeline.stages}
+        for name, stage_config in self.stages.items():
+            if name not in known:
+                raise ConfigError(
+                    f"stages.{name}", f"no stage {name!r} in pipeline {pipeline.name} (stages: {sorted(known)})"
+                )
+            stage_config.validate(f"stages.{name}")
+        if self.max_queue < 1:
+            raise ConfigError("max_queue", "must be at least 1")
+        if self.hop_timeout_s <= 0 or self.request_timeout_s <= 0:
+            raise ConfigError("hop_timeout_s", "timeouts must be positive")
+
+
+def _convert(data: Any, kind: type) -> Any:
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as error:
+        raise ConfigError(_field_of(str(error)), str(error)) from None
+    except ConfigError:
+        raise
+
+
+def _field_of(message: str) -> str:
+    """msgspec ends messages with '- at `$.stages.thinker.replicas`'."""
+    if "`$." in message:
+        return message.rsplit("`$.", 1)[1].rstrip("`")
+    return "$"
+
+
+def load_deploy_config(data: dict[str, Any] | str | bytes, pipeline: PipelineConfig | None = None) -> DeployConfig:
+    """Parse a DeployConfig from a dict, JSON or YAML text; validate against `pipeline`."""
+    config = _convert(_parse(data), DeployConfig)
+    if pipeline is not None:
+        config.validate(pipeline)
+    return config
+
+
+def load_pipeline_config(data: dict[str, Any] | str | bytes) -> PipelineConfig:
+    return _convert(_parse(data), PipelineConfig)
+
+
+def _parse(data: dict[str, Any] | str | bytes) -> Any:
+    if isinstance(data, dict):
+        return data
+    text = data.decode() if isinstance(data, bytes) else data
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ConfigError("$", f"neither JSON nor YAML: {error}") from None
+
+
+def to_dict(config: msgspec.Struct) -> dict[str, Any]:
+    return msgspec.to_builtins(config)
+
+
+def dump_json(config: msgspec.Struct) -> str:
+    return msgspec.json.encode(config).decode()
+
+
+def dump_yaml(config: msgspec.Struct) -> str:
+    import yaml
+
+    return yaml.safe_dump(to_dict(config), sort_keys=False)

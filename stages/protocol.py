@@ -1,0 +1,148 @@
+"""The wire contract between processes: requests into a stage, outputs out of it.
+
+Everything here is a msgspec struct so it travels as msgpack over Redis streams and
+stays importable without torch (the control plane reads these too). Large tensors
+travel as `PayloadRef` handles resolved by a connector; small ones inline as `Tensor`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+Modality = Literal["text", "tokens", "hidden", "codes", "audio", "image", "video", "embeddings", "kv"]
+FinishReason = Literal["stop", "length", "abort", "error", "timeout"]
+
+
+class Tensor(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A dense array by value: dtype name (numpy spelling), shape, raw little-endian bytes."""
+
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+class PayloadRef(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A handle to a payload held by a connector (shared memory segment, Redis key)."""
+
+    connector: Literal["shm", "redis"]
+    key: str
+    nbytes: int
+    dtype: str = ""
+    shape: list[int] = []
+
+
+Payload = Tensor | PayloadRef
+
+
+class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Per-request sampling for AR stages. `validate()` names the offending field."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        from stages.errors import InvalidRequest
+
+        if self.temperature < 0:
+            raise InvalidRequest("temperature", "must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise InvalidRequest("top_p", "must be in (0, 1]")
+        if self.top_k < 0:
+            raise InvalidRequest("top_k", "must be >= 0 (0 disables it)")
+        if self.max_tokens < 1:
+            raise InvalidRequest("max_tokens", "must be >= 1")
+        if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
+            raise InvalidRequest("min_tokens", "must be between 0 and max_tokens")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+class StageError(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a request failed in a stage. `param` names the offending input field, if any."""
+
+    message: str
+    type: Literal["invalid_request_error", "server_error", "timeout_error", "cancelled"] = "server_error"
+    param: str | None = None
+    code: str | None = None
+
+
+class StageRequest(msgspec.Struct, kw_only=True):
+    """A request (seq 0) or a further input chunk (seq > 0) for one stage.
+
+    `finished` says whether more input chunks will follow for this request; a stage
+    request that is not finished waits for `add_chunk` before it can complete.
+    """
+
+    request_id: str
+    stage_id: int = 0
+    seq: int = 0
+    finished: bool = True
+    prompt: str | None = None
+    prompt_token_ids: list[int] | None = None
+    messages: list[dict[str, Any]] | None = None
+    inputs_embeds: Payload | None = None
+    payloads: dict[str, Payload] = {}
+    sampling: SamplingParams | None = None
+    params: dict[str, Any] = {}
+    arrival_time: float = 0.0
+
+
+class StageOutput(msgspec.Struct, kw_only=True):
+    """What a stage produced for one request in one step.
+
+    `seq` numbers a request's outputs from one stage, so receivers can order and
+    de-duplicate them. Client-visible deltas: `text` (text modality), `payloads["audio"]`
+    with `params["sample_rate"]`, `payloads["image"]` etc. Inter-stage deltas: `token_ids`,
+    `payloads["hidden"]`, `payloads["codes"]`.
+    """
+
+    request_id: str
+    stage_id: int = 0
+    seq: int = 0
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    modality: Modality = "text"
+    text: str = ""
+    token_ids: list[int] = []
+    payloads: dict[str, Payload] = {}
+    params: dict[str, Any] = {}
+    error: StageError | None = None
+    metrics: dict[str, float] = {}
+
+
+class ControlMessage(msgspec.Struct, kw_only=True, tag=True):
+    """Base for control messages on a replica's input stream."""
+
+
+class Abort(ControlMessage, kw_only=True):
+    request_id: str
+
+
+class Drain(ControlMessage, kw_only=True):
+    pass
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decoder(kind: type) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(kind)

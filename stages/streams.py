@@ -1,0 +1,59 @@
+"""Redis names, defined in one place for the control plane and the workers.
+
+Durable routing goes through streams (at-least-once, acknowledged after processing);
+liveness through keys with TTLs. Everything lives under one prefix so several
+installations (or test runs) can share a Redis server.
+"""
+
+from __future__ import annotations
+
+import os
+
+PREFIX = os.environ.get("OMNISTAGE_REDIS_PREFIX", "omni")
+
+ORCHESTRATOR_GROUP = "orchestrators"
+REPLICA_GROUP = "replica"
+
+
+def orchestrator_heartbeat(orchestrator_id: str) -> str:
+    return f"{PREFIX}:hb:orchestrator:{orchestrator_id}"
+
+
+def orchestrator_heartbeat_pattern() -> str:
+    return f"{PREFIX}:hb:orchestrator:*"
+
+
+def pool_heartbeat(pool: str, hostname: str) -> str:
+    return f"{PREFIX}:hb:pool:{pool}:{hostname}"
+
+
+def pool_heartbeat_pattern(pool: str = "*") -> str:
+    return f"{PREFIX}:hb:pool:{pool}:*"
+
+
+def replica_heartbeat(replica_id: str) -> str:
+    return f"{PREFIX}:hb:replica:{replica_id}"
+
+
+def replica_input(replica_id: str) -> str:
+    return f"{PREFIX}:stream:replica:{replica_id}"
+
+
+def deployment_output(deployment_id: str) -> str:
+    return f"{PREFIX}:stream:deployment:{deployment_id}"
+
+
+def orchestrator_inbox() -> str:
+    return f"{PREFIX}:stream:orchestrator"
+
+
+def request_output(request_id: str) -> str:
+    return f"{PREFIX}:stream:request:{request_id}"
+
+
+def request_state(request_id: str) -> str:
+    return f"{PREFIX}:request:{request_id}"
+
+
+def payload(key: str) -> str:
+    return f"{PREFIX}:payload:{key}"

@@ -1,0 +1,63 @@
+"""Fixtures shared by the whole suite: Redis (embedded unless REDIS_URL is set), the test
+database's URL for live processes, and the environment those processes run with."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+from procs import REPO, RedisServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_service():
+    """The Redis the suite talks to: REDIS_URL when set, else an embedded redis-server."""
+    if not settings.EMBEDDED_REDIS:
+        yield settings.REDIS_URL
+        return
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
+    try:
+        client.ping()
+        yield settings.REDIS_URL  # a `make run` is up: share its server
+        return
+    except redis.RedisError:
+        pass
+    server = RedisServer(settings.EMBEDDED_REDIS_SOCKET.parent).start()
+    yield server.url
+    server.stop()
+
+
+def database_url_of(settings_dict: dict) -> str:
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or "postgres"
+    password = f":{settings_dict['PASSWORD']}" if settings_dict.get("PASSWORD") else ""
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
+
+
+@pytest.fixture
+def database_url(transactional_db) -> str:
+    """The URL of the test database, for processes the test starts (data is committed)."""
+    return database_url_of(connection.settings_dict)
+
+
+@pytest.fixture
+def platform_env(database_url, tmp_path) -> dict[str, str]:
+    """Environment for live platform processes: the test database, fast heartbeats."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "DJANGO_SETTINGS"))}
+    env.update(
+        DATABASE_URL=database_url,
+        REDIS_URL=settings.REDIS_URL,
+        DJANGO_SETTINGS_MODULE="control_plane.settings",
+        OMNISTAGE_VAR_DIR=str(REPO / "var"),
+        OMNISTAGE_HEARTBEAT_INTERVAL="0.3",
+        OMNISTAGE_HEARTBEAT_TTL="1.5",
+        PYTHONUNBUFFERED="1",
+    )
+    return env

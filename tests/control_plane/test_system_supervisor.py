@@ -1,0 +1,64 @@
+"""`manage.py omni_up`: the embedded platform comes up, answers, and stops cleanly."""
+
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+from procs import PYTHON, REPO, Proc, free_port, pid_alive, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def embedded_env(platform_env, tmp_path):
+    """No REDIS_URL: omni_up starts its own redis-server in a private var dir."""
+    env = {k: v for k, v in platform_env.items() if k != "REDIS_URL"}
+    env["OMNISTAGE_VAR_DIR"] = str(tmp_path / "var")
+    return env
+
+
+def test_omni_up_serves_health_and_ready_then_stops_everything_on_sigint(embedded_env, tmp_path):
+    port = free_port()
+    started = time.monotonic()
+    up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"], embedded_env,
+              tmp_path / "up.log")  # fmt: skip
+    try:
+        wait_for(lambda: "Omnistage is ready" in up.output(), timeout=120, what="omni_up ready")
+        print(f"omni_up ready after {time.monotonic() - started:.1f} s")
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        response = wait_for(
+            lambda: (r := httpx.get(f"http://127.0.0.1:{port}/ready", timeout=5)).status_code == 200 and r,
+            timeout=30,
+            what="/ready 200",
+        )
+        assert response.json()["status"] == "ready"
+        log = up.output()
+        pids = [int(pid) for pid in re.findall(r"ready \(pid (\d+)\)", log)]
+        assert len(pids) == 4, log  # redis, worker, orchestrator, web
+        for name in ("redis", "worker", "orchestrator", "web"):
+            assert re.search(rf"\[\s*{name}\]", log), f"no prefixed log lines for {name}"
+
+        up.process.send_signal(signal.SIGINT)
+        assert up.process.wait(timeout=60) == 0
+        wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=15, what="children gone")
+        assert "all components stopped" in up.output()
+    finally:
+        up.stop()
+
+
+def test_omni_up_exits_non_zero_naming_the_component_that_failed(embedded_env, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"],
+            cwd=REPO, env=embedded_env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    assert result.returncode != 0
+    assert "start-up failed: web exited with code" in result.stdout
+    assert "all components stopped" in result.stdout

