@@ -1,7 +1,9 @@
-"""REST routes under /api/ (DRF). Each app contributes its router."""
+"""REST routes under /api/ (DRF). Each app contributes its own."""
 
 from django.urls import include, path
 
 urlpatterns = [
+    path("", include("control_plane.deployments.urls")),
     path("", include("control_plane.accounts.urls")),
+    path("", include("control_plane.inference.urls")),
 ]

@@ -188,3 +188,15 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("OMNISTAGE_LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+try:
+    KNOWN_POOLS = env_list("OMNISTAGE_KNOWN_POOLS", sorted({*WORKER_POOLS, "cpu", "gpu"}))
+    REPLICA_BACKOFF_BASE_S = env_float("OMNISTAGE_REPLICA_BACKOFF_BASE_S", 10.0, minimum=0.1)
+    REPLICA_BACKOFF_MAX_S = env_float("OMNISTAGE_REPLICA_BACKOFF_MAX_S", 300.0, minimum=0.1)
+    WARMUP_TIMEOUT_S = env_float("OMNISTAGE_WARMUP_TIMEOUT_S", 300.0, minimum=1.0)
+    REQUEST_STREAM_TTL_S = env_int("OMNISTAGE_REQUEST_STREAM_TTL_S", 600, minimum=10)
+except EnvError as error:
+    sys.exit(f"omnistage: configuration error: {error}")
+
+# Demo deployments `make run` creates (name:pipeline:tiny checkpoint), comma-separated; empty for none.
+DEMO_DEPLOYMENTS = env_list("OMNISTAGE_DEMO", ["tiny-llm:llm:qwen2"])

@@ -146,3 +146,41 @@ def encode(message: msgspec.Struct) -> bytes:
 
 def decoder(kind: type) -> msgspec.msgpack.Decoder:
     return msgspec.msgpack.Decoder(kind)
+
+
+ReplicaState = Literal["LOADING", "READY", "DRAINING", "STOPPED", "ERROR"]
+
+
+class ReplicaSpec(msgspec.Struct, kw_only=True):
+    """Everything a replica host needs to build its stage engine (sent with the start task)."""
+
+    replica_id: str
+    deployment_id: str
+    family: str
+    pipeline: dict[str, Any]
+    """The PipelineConfig as builtins (stages.config.load_pipeline_config reads it)."""
+    stage: str
+    stage_id: int
+    model_dir: str
+    stage_deploy: dict[str, Any]
+    """The StageDeployConfig as builtins."""
+    device: str = "cpu"
+
+
+class ReplicaStatus(msgspec.Struct, kw_only=True):
+    """What a replica host reports: in its heartbeat key (JSON) and, on state changes, as an
+    event on the orchestrator inbox."""
+
+    replica_id: str
+    deployment_id: str
+    stage: str
+    state: ReplicaState
+    host: str = ""
+    pid: int = 0
+    device: str = "cpu"
+    progress: float = 0.0
+    """Loading progress in [0, 1]."""
+    queue_depth: int = 0
+    running: int = 0
+    error: str | None = None
+    ts: float = 0.0

@@ -57,3 +57,15 @@ def request_state(request_id: str) -> str:
 
 def payload(key: str) -> str:
     return f"{PREFIX}:payload:{key}"
+
+
+def request_lock(request_id: str) -> str:
+    return f"{PREFIX}:lock:request:{request_id}"
+
+
+def active_requests(deployment_id: str) -> str:
+    return f"{PREFIX}:active:{deployment_id}"
+
+
+def reconciler_leader() -> str:
+    return f"{PREFIX}:leader:reconciler"

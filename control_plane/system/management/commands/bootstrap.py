@@ -14,7 +14,15 @@ from control_plane.accounts.services import api_key_create
 class Command(BaseCommand):
     help = "Create the admin user and a first API key if they do not exist (secrets are printed once)."
 
+    def add_arguments(self, parser):
+        parser.add_argument("--no-demo", action="store_true", help="create no demo deployments")
+
     def handle(self, *args, **options):
+        from django.core.management import call_command
+
+        from control_plane.deployments.demo import create_demo_deployments
+
+        call_command("sync_pipelines", stdout=self.stdout)
         User = get_user_model()
         username = os.environ.get("OMNISTAGE_ADMIN_USER", "admin")
         admin = User.objects.filter(username=username).first()
@@ -33,3 +41,6 @@ class Command(BaseCommand):
             self.stdout.write("  (shown once, stored hashed; create more in the console or admin)")
         else:
             self.stdout.write(f"Admin has {admin.api_keys.count()} API key(s); secrets are never shown again.")
+        if not options["no_demo"]:
+            for deployment in create_demo_deployments(admin, out=self.stdout):
+                self.stdout.write(self.style.SUCCESS(f"Created demo deployment '{deployment.name}' ({deployment.pipeline.name})"))

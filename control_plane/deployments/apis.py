@@ -1,0 +1,189 @@
+"""REST for pipelines, deployments and replicas (thin views over services and queries)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from control_plane.deployments import queries
+from control_plane.deployments.models import Deployment, Pipeline
+from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments
+from control_plane.deployments.services import (
+    DeploymentInvalid,
+    deployment_create,
+    deployment_delete,
+    deployment_scale,
+    deployment_start,
+    deployment_stop,
+)
+
+
+class PipelineOutput(serializers.ModelSerializer):
+    class Meta:
+        model = Pipeline
+        fields = ["name", "family", "variant", "description", "config", "version"]
+
+
+class ReplicaOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    deployment = serializers.CharField(source="deployment.name")
+    stage = serializers.CharField()
+    index = serializers.IntegerField()
+    pool = serializers.CharField()
+    device = serializers.CharField()
+    host = serializers.CharField()
+    state = serializers.CharField()
+    state_reason = serializers.CharField()
+    progress = serializers.FloatField()
+    queue_depth = serializers.IntegerField()
+    last_heartbeat = serializers.DateTimeField()
+    restarts = serializers.IntegerField()
+    last_error = serializers.CharField()
+
+
+class DeploymentOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    pipeline = serializers.CharField(source="pipeline.name")
+    model_dir = serializers.CharField()
+    deploy_config = serializers.JSONField()
+    desired_state = serializers.CharField()
+    state = serializers.CharField()
+    state_reason = serializers.CharField()
+    state_changed_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    replicas = ReplicaOutput(many=True)
+
+
+def _invalid(error: DeploymentInvalid) -> ValidationError:
+    return ValidationError({error.field: [error.message]})
+
+
+def resolve_model_dir(value: str) -> str:
+    """A bare name refers to a checkpoint under OMNISTAGE_MODELS_DIR."""
+    candidate = Path(settings.MODELS_DIR) / value
+    if "/" not in value and candidate.exists():
+        return str(candidate)
+    return value
+
+
+class PipelineListApi(APIView):
+    permission_classes = [CanReadDeployments]
+
+    @extend_schema(responses=PipelineOutput(many=True))
+    def get(self, request):
+        return Response(PipelineOutput(queries.pipeline_list(), many=True).data)
+
+
+class PipelineDetailApi(APIView):
+    permission_classes = [CanReadDeployments]
+
+    @extend_schema(responses=PipelineOutput)
+    def get(self, request, name: str):
+        return Response(PipelineOutput(get_object_or_404(Pipeline, name=name)).data)
+
+
+class DeploymentListApi(APIView):
+    class Input(serializers.Serializer):
+        name = serializers.SlugField(max_length=100)
+        pipeline = serializers.SlugField(max_length=100)
+        model_dir = serializers.CharField(max_length=500)
+        deploy_config = serializers.JSONField(required=False, default=dict)
+
+    def get_permissions(self):
+        return [CanWriteDeployments() if self.request.method == "POST" else CanReadDeployments()]
+
+    @extend_schema(responses=DeploymentOutput(many=True))
+    def get(self, request):
+        return Response(DeploymentOutput(queries.deployment_list(), many=True).data)
+
+    @extend_schema(request=Input, responses={201: DeploymentOutput})
+    def post(self, request):
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        pipeline = Pipeline.objects.filter(name=data.validated_data["pipeline"]).first()
+        if pipeline is None:
+            raise ValidationError({"pipeline": [f"unknown pipeline {data.validated_data['pipeline']!r}"]})
+        if not isinstance(data.validated_data["deploy_config"], dict):
+            raise ValidationError({"deploy_config": ["must be a JSON object"]})
+        try:
+            deployment = deployment_create(
+                name=data.validated_data["name"],
+                pipeline=pipeline,
+                model_dir=resolve_model_dir(data.validated_data["model_dir"]),
+                deploy_config=data.validated_data["deploy_config"],
+                user=request.user,
+            )
+        except DeploymentInvalid as error:
+            raise _invalid(error) from None
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data, status=status.HTTP_201_CREATED)
+
+
+class DeploymentDetailApi(APIView):
+    def get_permissions(self):
+        return [CanWriteDeployments() if self.request.method == "DELETE" else CanReadDeployments()]
+
+    @extend_schema(responses=DeploymentOutput)
+    def get(self, request, name: str):
+        return Response(DeploymentOutput(_deployment(name)).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, name: str):
+        deployment_delete(deployment=_deployment(name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DeploymentScaleApi(APIView):
+    permission_classes = [CanWriteDeployments]
+
+    class Input(serializers.Serializer):
+        stage = serializers.CharField(max_length=64)
+        replicas = serializers.IntegerField()
+
+    @extend_schema(request=Input, responses=DeploymentOutput)
+    def post(self, request, name: str):
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            deployment = deployment_scale(deployment=_deployment(name), **data.validated_data)
+        except DeploymentInvalid as error:
+            raise _invalid(error) from None
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+
+
+class DeploymentStopApi(APIView):
+    permission_classes = [CanWriteDeployments]
+
+    @extend_schema(request=None, responses=DeploymentOutput)
+    def post(self, request, name: str):
+        deployment = deployment_stop(deployment=_deployment(name))
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+
+
+class DeploymentStartApi(APIView):
+    permission_classes = [CanWriteDeployments]
+
+    @extend_schema(request=None, responses=DeploymentOutput)
+    def post(self, request, name: str):
+        deployment = deployment_start(deployment=_deployment(name))
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+
+
+class ReplicaListApi(APIView):
+    permission_classes = [CanReadDeployments]
+
+    @extend_schema(responses=ReplicaOutput(many=True))
+    def get(self, request):
+        replicas = queries.replica_list(deployment=request.query_params.get("deployment"))
+        return Response(ReplicaOutput(replicas, many=True).data)
+
+
+def _deployment(name: str) -> Deployment:
+    return get_object_or_404(queries.deployment_list(), name=name)

@@ -1,0 +1,261 @@
+"""Desired state (replicas per stage, pool) vs observed state (heartbeats) -> lifecycle tasks.
+
+Runs in the orchestrator loop (one leader at a time). Every change of a row is a
+compare-and-swap transition, so a concurrent API call or a second reconciler never
+overwrites a newer state. Replica lifecycle:
+
+    PENDING -> SCHEDULED (start task sent) -> LOADING -> WARMING (engine ready)
+            -> RUNNING (after the deployment's warm-up request went through every stage)
+    any -> ERROR (host reported an error or stopped heart-beating) -> PENDING after backoff
+    surplus or stopping -> DRAINING (stop task sent) -> STOPPED
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from control_plane.celery import app as celery_app
+from control_plane.deployments.heartbeats import live_pools, replica_statuses
+from control_plane.deployments.models import Deployment, DeploymentState, Replica
+from control_plane.deployments.services import pipeline_config_of
+from control_plane.deployments.transitions import transition
+from stages.config import load_deploy_config
+from stages.protocol import ReplicaSpec, ReplicaStatus
+
+log = logging.getLogger(__name__)
+S = DeploymentState
+ACTIVE = (S.LOADING, S.WARMING, S.RUNNING)
+RESEND_START_AFTER = timedelta(seconds=30)
+
+
+def backoff_s(restarts: int) -> float:
+    """10 s, 20 s, 40 s … capped at 5 min (settings)."""
+    return min(settings.REPLICA_BACKOFF_BASE_S * 2 ** max(restarts - 1, 0), settings.REPLICA_BACKOFF_MAX_S)
+
+
+def replica_spec(replica: Replica) -> ReplicaSpec:
+    deployment = replica.deployment
+    pipeline = pipeline_config_of(deployment.pipeline)
+    deploy = load_deploy_config(deployment.deploy_config)
+    import msgspec
+
+    stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
+    return ReplicaSpec(
+        replica_id=str(replica.id),
+        deployment_id=str(deployment.id),
+        family=deployment.pipeline.family,
+        pipeline=deployment.pipeline.config,
+        stage=replica.stage,
+        stage_id=replica.stage_id,
+        model_dir=deployment.model_dir,
+        stage_deploy=msgspec.to_builtins(stage_deploy),
+        device=replica.device,
+    )
+
+
+def start_replica(replica: Replica) -> None:
+    import msgspec
+
+    spec = msgspec.to_builtins(replica_spec(replica))
+    celery_app.send_task("workers.start_replica", args=[spec], queue=replica.pool)
+
+
+def stop_replica(replica: Replica) -> None:
+    celery_app.send_task("workers.stop_replica", args=[str(replica.id)], queue=replica.pool)
+
+
+@dataclass
+class ReconcileResult:
+    warmups: list[Deployment] = field(default_factory=list)
+    """Deployments whose every stage has a ready replica: the driver sends their warm-up request."""
+
+
+def reconcile(now: datetime | None = None) -> ReconcileResult:
+    now = now or timezone.now()
+    result = ReconcileResult()
+    pools = live_pools()
+    for deployment in Deployment.objects.select_related("pipeline").prefetch_related("replicas"):
+        try:
+            _reconcile_deployment(deployment, now, pools)
+        except Exception:  # one broken deployment must not stop the others
+            log.exception("reconciling deployment %s failed", deployment.name)
+    result.warmups = list(Deployment.objects.filter(state=S.WARMING, desired_state=Deployment.Desired.RUNNING))
+    return result
+
+
+def _reconcile_deployment(deployment: Deployment, now: datetime, pools: dict) -> bool:
+    replicas = list(deployment.replicas.all())
+    statuses = replica_statuses([str(r.id) for r in replicas])
+    if deployment.desired_state == Deployment.Desired.STOPPED:
+        _stop_deployment(deployment, replicas, statuses)
+        return False
+    if deployment.state == S.STOPPED:
+        transition(Deployment, deployment.pk, [S.STOPPED], S.PENDING, state_reason="restarting")
+        Replica.objects.filter(deployment=deployment, state=S.STOPPED).update(state=S.PENDING, next_start_at=None)
+        return False
+    for replica in replicas:
+        _reconcile_replica(deployment, replica, statuses.get(str(replica.id)), now, pools)
+    return _update_deployment_state(deployment)
+
+
+def _reconcile_replica(deployment, replica: Replica, status: ReplicaStatus | None, now, pools) -> None:
+    state = replica.state
+    if state == S.DRAINING:
+        if status is None:
+            transition(Replica, replica.pk, [S.DRAINING], S.STOPPED)
+            if replica.index >= _desired_replicas(deployment, replica.stage):
+                replica.delete()
+        elif status.state not in ("DRAINING", "STOPPED"):
+            stop_replica(replica)
+        return
+    if state == S.STOPPED:
+        transition(Replica, replica.pk, [S.STOPPED], S.PENDING, next_start_at=None)
+        return
+    if state == S.ERROR:
+        if replica.next_start_at is None or replica.next_start_at <= now:
+            transition(Replica, replica.pk, [S.ERROR], S.PENDING, state_reason="restarting after an error")
+        return
+    if state == S.PENDING:
+        if replica.next_start_at and replica.next_start_at > now:
+            return
+        reason = "" if pools.get(replica.pool) else f"waiting for a worker of pool {replica.pool!r} (none is live)"
+        if transition(Replica, replica.pk, [S.PENDING], S.SCHEDULED, state_reason=reason):
+            start_replica(replica)
+        return
+    if status is not None and status.state == "ERROR":
+        _fail(replica, status.error or "the replica host reported an error", now)
+        return
+    if state == S.SCHEDULED:
+        _observe_scheduled(replica, status, now, pools)
+        return
+    if state in ACTIVE:
+        if status is None:
+            _fail(replica, "the replica host stopped heart-beating", now)
+            return
+        _observe_active(deployment, replica, status, now)
+
+
+def _observe_scheduled(replica: Replica, status: ReplicaStatus | None, now, pools) -> None:
+    if status is None:
+        reason = "" if pools.get(replica.pool) else f"waiting for a worker of pool {replica.pool!r} (none is live)"
+        if reason != replica.state_reason:
+            Replica.objects.filter(pk=replica.pk, state=S.SCHEDULED).update(state_reason=reason)
+        if replica.state_changed_at < now - RESEND_START_AFTER and pools.get(replica.pool):
+            # the start task may have been lost (Redis restarted): starting is idempotent
+            Replica.objects.filter(pk=replica.pk, state=S.SCHEDULED).update(state_changed_at=now)
+            start_replica(replica)
+        return
+    target = S.LOADING if status.state == "LOADING" else S.WARMING
+    transition(Replica, replica.pk, [S.SCHEDULED], target, **_observed(status, now), state_reason="")
+
+
+def _observe_active(deployment, replica: Replica, status: ReplicaStatus, now) -> None:
+    fields = _observed(status, now)
+    if replica.state == S.LOADING and status.state == "READY":
+        target = S.RUNNING if deployment.state == S.RUNNING else S.WARMING
+        transition(Replica, replica.pk, [S.LOADING], target, **fields)
+        return
+    Replica.objects.filter(pk=replica.pk, state=replica.state).update(**fields)
+
+
+def _observed(status: ReplicaStatus, now) -> dict:
+    return {
+        "host": status.host,
+        "progress": status.progress,
+        "queue_depth": status.queue_depth,
+        "last_heartbeat": now,
+    }
+
+
+def _fail(replica: Replica, error: str, now) -> None:
+    restarts = replica.restarts + 1
+    delay = backoff_s(restarts)
+    moved = transition(
+        Replica,
+        replica.pk,
+        [replica.state],
+        S.ERROR,
+        restarts=restarts,
+        last_error=error[:4000],
+        state_reason=f"restarting in {delay:.0f} s",
+        next_start_at=now + timedelta(seconds=delay),
+    )
+    if moved:
+        log.warning("replica %s failed (%s); restart %d in %.0f s", replica, error, restarts, delay)
+        stop_replica(replica)
+
+
+def _desired_replicas(deployment: Deployment, stage: str) -> int:
+    stage_config = pipeline_config_of(deployment.pipeline).stage_named(stage)
+    return load_deploy_config(deployment.deploy_config).for_stage(stage_config).replicas
+
+
+def _stop_deployment(deployment: Deployment, replicas: list[Replica], statuses: dict) -> None:
+    for replica in replicas:
+        if replica.state == S.STOPPED:
+            continue
+        if replica.state != S.DRAINING:
+            if transition(Replica, replica.pk, [replica.state], S.DRAINING, state_reason="deployment stopping"):
+                stop_replica(replica)
+        elif str(replica.id) not in statuses:
+            transition(Replica, replica.pk, [S.DRAINING], S.STOPPED, state_reason="")
+    all_stopped = not deployment.replicas.exclude(state=S.STOPPED).exists()
+    target = S.STOPPED if all_stopped else S.DRAINING
+    if deployment.state != target:
+        transition(Deployment, deployment.pk, [deployment.state], target, state_reason="stopped by request")
+
+
+def _update_deployment_state(deployment: Deployment) -> bool:
+    """Derive the deployment's state from its replicas; True when it needs a warm-up request."""
+    pipeline = pipeline_config_of(deployment.pipeline)
+    replicas = list(deployment.replicas.exclude(state__in=[S.DRAINING, S.STOPPED]))
+    by_stage = {stage.name: [r for r in replicas if r.stage == stage.name] for stage in pipeline.stages}
+    serving = {S.WARMING, S.RUNNING}
+    every_stage_ready = all(any(r.state in serving for r in group) for group in by_stage.values())
+    current = deployment.state
+    if every_stage_ready:
+        if current == S.RUNNING:
+            return False
+        if current == S.WARMING:
+            return False  # warm-up in flight; the driver ends it
+        if current == S.ERROR and deployment.warmup_attempts:
+            retry_at = deployment.state_changed_at + timedelta(seconds=backoff_s(deployment.warmup_attempts))
+            if timezone.now() < retry_at:
+                return False
+        return transition(Deployment, deployment.pk, [current], S.WARMING, state_reason="warm-up request in flight")
+    errors = [r for r in replicas if r.state == S.ERROR]
+    if any(r.state == S.LOADING for r in replicas):
+        target, reason = S.LOADING, "loading models"
+    elif errors and current in (S.RUNNING, S.WARMING, S.LOADING, S.ERROR):
+        target, reason = S.ERROR, f"{errors[0].stage} replica failed: {errors[0].last_error}"[:2000]
+    else:
+        reasons = sorted({r.state_reason for r in replicas if r.state_reason})
+        target, reason = S.SCHEDULED, "; ".join(reasons)
+    if current != target or deployment.state_reason != reason:
+        transition(Deployment, deployment.pk, [current], target, state_reason=reason)
+    return False
+
+
+def warmup_succeeded(deployment_id) -> None:
+    if transition(Deployment, deployment_id, [S.WARMING], S.RUNNING, state_reason="", warmup_attempts=0):
+        Replica.objects.filter(deployment_id=deployment_id, state=S.WARMING).update(
+            state=S.RUNNING, state_changed_at=timezone.now()
+        )
+
+
+def warmup_failed(deployment_id, message: str) -> None:
+    from django.db.models import F
+
+    transition(
+        Deployment,
+        deployment_id,
+        [S.WARMING],
+        S.ERROR,
+        state_reason=f"warm-up failed: {message}"[:2000],
+        warmup_attempts=F("warmup_attempts") + 1,
+    )

@@ -1,0 +1,126 @@
+"""Deployment lifecycle services: create, scale, stop, delete. The reconciler does the rest."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+
+from control_plane.deployments.heartbeats import live_devices
+from control_plane.deployments.models import Deployment, DeploymentState, Pipeline, Replica
+from stages.config import DeployConfig, PipelineConfig, StageDeployConfig, load_deploy_config, load_pipeline_config
+from stages.errors import ConfigError
+
+
+class DeploymentInvalid(Exception):
+    """A bad deployment request; `field` is a dotted path into the request body."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def pipeline_config_of(pipeline: Pipeline) -> PipelineConfig:
+    return load_pipeline_config(pipeline.config)
+
+
+def validate_deploy_config(pipeline: Pipeline, data: dict) -> DeployConfig:
+    """Parse and check a DeployConfig against the pipeline and the pools and devices we know."""
+    config = pipeline_config_of(pipeline)
+    try:
+        deploy = load_deploy_config(data or {}, config)
+    except ConfigError as error:
+        raise DeploymentInvalid(f"deploy_config.{error.field}", error.message) from None
+    devices = None
+    for stage in config.stages:
+        stage_deploy = deploy.for_stage(stage)
+        path = f"deploy_config.stages.{stage.name}"
+        if stage_deploy.pool not in settings.KNOWN_POOLS:
+            raise DeploymentInvalid(f"{path}.pool", f"unknown pool {stage_deploy.pool!r} (known: {settings.KNOWN_POOLS})")
+        if stage_deploy.device != "cpu":
+            devices = live_devices() if devices is None else devices
+            wanted = "cuda:0" if stage_deploy.device == "cuda" else stage_deploy.device
+            if wanted not in devices:
+                raise DeploymentInvalid(f"{path}.device", f"no live worker has device {stage_deploy.device!r}")
+    return deploy
+
+
+@transaction.atomic
+def deployment_create(*, name: str, pipeline: Pipeline, model_dir: str, deploy_config: dict, user=None) -> Deployment:
+    if Deployment.objects.filter(name=name).exists():
+        raise DeploymentInvalid("name", f"a deployment named {name!r} exists")
+    deploy = validate_deploy_config(pipeline, deploy_config)
+    deployment = Deployment.objects.create(
+        name=name,
+        pipeline=pipeline,
+        model_dir=model_dir,
+        deploy_config=_builtins(deploy),
+        created_by=user,
+    )
+    for stage in pipeline_config_of(pipeline).stages:
+        _ensure_replicas(deployment, stage.name, stage.id, deploy.for_stage(stage))
+    return deployment
+
+
+def _ensure_replicas(deployment: Deployment, stage: str, stage_id: int, stage_deploy: StageDeployConfig) -> None:
+    existing = set(deployment.replicas.filter(stage=stage).values_list("index", flat=True))
+    for index in range(stage_deploy.replicas):
+        if index not in existing:
+            Replica.objects.create(
+                deployment=deployment,
+                stage=stage,
+                stage_id=stage_id,
+                index=index,
+                pool=stage_deploy.pool,
+                device=stage_deploy.device,
+            )
+
+
+@transaction.atomic
+def deployment_scale(*, deployment: Deployment, stage: str, replicas: int) -> Deployment:
+    config = pipeline_config_of(deployment.pipeline)
+    try:
+        stage_config = config.stage_named(stage)
+    except KeyError:
+        raise DeploymentInvalid("stage", f"no stage {stage!r} in {config.name}") from None
+    if replicas < 1:
+        raise DeploymentInvalid("replicas", "must be at least 1 (stop the deployment to remove every replica)")
+    data = dict(deployment.deploy_config)
+    stages = dict(data.get("stages", {}))
+    stages[stage] = {**stages.get(stage, {}), "replicas": replicas}
+    data["stages"] = stages
+    deploy = validate_deploy_config(deployment.pipeline, data)
+    deployment.deploy_config = _builtins(deploy)
+    deployment.save(update_fields=["deploy_config"])
+    _ensure_replicas(deployment, stage, stage_config.id, deploy.for_stage(stage_config))
+    surplus = deployment.replicas.filter(stage=stage, index__gte=replicas).exclude(
+        state__in=[DeploymentState.DRAINING, DeploymentState.STOPPED]
+    )
+    surplus.update(state=DeploymentState.DRAINING, state_reason="scaled down")
+    return deployment
+
+
+def deployment_stop(*, deployment: Deployment) -> Deployment:
+    Deployment.objects.filter(pk=deployment.pk).update(desired_state=Deployment.Desired.STOPPED)
+    deployment.refresh_from_db()
+    return deployment
+
+
+def deployment_start(*, deployment: Deployment) -> Deployment:
+    Deployment.objects.filter(pk=deployment.pk).update(desired_state=Deployment.Desired.RUNNING)
+    deployment.refresh_from_db()
+    return deployment
+
+
+def deployment_delete(*, deployment: Deployment) -> None:
+    from control_plane.deployments.reconciler import stop_replica
+
+    for replica in deployment.replicas.exclude(state=DeploymentState.STOPPED):
+        stop_replica(replica)
+    deployment.delete()
+
+
+def _builtins(deploy: DeployConfig) -> dict:
+    import msgspec
+
+    return msgspec.to_builtins(deploy)

@@ -1,0 +1,354 @@
+"""The Redis-streams driver of the orchestrator core.
+
+Inputs, all through consumer groups (at-least-once, acknowledged after processing):
+- the orchestrator inbox: client events (Submit, Cancel, InputChunk) and replica status;
+- one output stream per deployment: the StageOutputs its replicas publish.
+
+Outputs: stage requests and aborts onto replica input streams, client outputs onto one
+stream per request. Request state lives in Redis (one key per request, versioned), so an
+orchestrator can be restarted and two can run at once: each event is handled under a
+per-request lock after reloading that request's state if another orchestrator changed it.
+Liveness of replicas comes from their heartbeat keys; the reconciler (one leader at a
+time) turns the deployments' desired state into lifecycle tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from contextlib import contextmanager
+
+import msgspec
+import redis
+from django.conf import settings
+from django.db import close_old_connections
+
+from control_plane.deployments.heartbeats import replica_statuses
+from control_plane.deployments.models import Deployment, Replica
+from control_plane.deployments.reconciler import reconcile, warmup_failed, warmup_succeeded
+from control_plane.orchestrator import wire
+from stages import streams
+from stages.config import load_deploy_config, load_pipeline_config
+from stages.orchestrator import (
+    Action,
+    Complete,
+    DeploymentDown,
+    DeploymentUp,
+    Emit,
+    Event,
+    Fail,
+    Orchestrator,
+    ReplicaDown,
+    ReplicaUp,
+    SendAbort,
+    SendToReplica,
+    StageOutputEvent,
+    Tick,
+    decode_state,
+    encode_state,
+)
+from stages.protocol import Abort, StageOutput, encode
+
+log = logging.getLogger(__name__)
+
+_output_decoder = msgspec.msgpack.Decoder(StageOutput)
+_UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+class RedisOrchestrator:
+    def __init__(self, client: redis.Redis, *, orchestrator_id: str | None = None, block_ms: int = 100):
+        self.redis = client
+        self.id = orchestrator_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.core = Orchestrator()
+        self.block_ms = block_ms
+        self.versions: dict[str, int] = {}
+        self.deployments: dict[str, str] = {}  # id -> name, those the core routes for
+        self.replicas_up: set[str] = set()
+        self.warmups: dict[str, str] = {}  # warm-up request id -> deployment id
+        self._groups: set[str] = set()
+        self._last_sync = self._last_tick = self._last_reconcile = self._last_claim = 0.0
+
+    # ------------------------------------------------------------------ loop
+
+    def run_once(self) -> None:
+        now = time.monotonic()
+        if now - self._last_sync >= 0.5:
+            self._last_sync = now
+            self.sync_deployments()
+            self.sync_replicas()
+        if now - self._last_reconcile >= 1.0:
+            self._last_reconcile = now
+            if self.is_leader():
+                self.reconcile()
+        if now - self._last_tick >= 1.0:
+            self._last_tick = now
+            self.tick()
+        if now - self._last_claim >= 3.0:
+            self._last_claim = now
+            self.claim_abandoned()
+        self.read_streams()
+
+    def read_streams(self) -> None:
+        names = [streams.orchestrator_inbox()] + [streams.deployment_output(d) for d in self.deployments]
+        for name in names:
+            self._ensure_group(name)
+        entries = self.redis.xreadgroup(
+            streams.ORCHESTRATOR_GROUP, self.id, {name: ">" for name in names}, count=256, block=self.block_ms
+        )
+        for stream, messages in entries or []:
+            for entry_id, fields in messages:
+                self._handle_entry(stream.decode(), fields)
+                self._done(stream, entry_id)
+
+    def claim_abandoned(self) -> None:
+        """Take over pending entries of orchestrators that are no longer alive."""
+        prefix = streams.orchestrator_heartbeat("")
+        live = {key.decode().removeprefix(prefix) for key in self.redis.scan_iter(match=prefix + "*")}
+        names = [streams.orchestrator_inbox()] + [streams.deployment_output(d) for d in self.deployments]
+        for name in names:
+            self._ensure_group(name)
+            for consumer in self.redis.xinfo_consumers(name, streams.ORCHESTRATOR_GROUP):
+                consumer_name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else consumer["name"]
+                if consumer_name == self.id or consumer_name in live or not consumer["pending"]:
+                    continue
+                pending = self.redis.xpending_range(name, streams.ORCHESTRATOR_GROUP, "-", "+", 1000, consumer_name)
+                ids = [p["message_id"] for p in pending]
+                if ids:
+                    for entry_id, fields in self.redis.xclaim(name, streams.ORCHESTRATOR_GROUP, self.id, 0, ids):
+                        if fields:
+                            self._handle_entry(name, fields)
+                        self._done(name, entry_id)
+                self.redis.xgroup_delconsumer(name, streams.ORCHESTRATOR_GROUP, consumer_name)
+
+    def _done(self, stream, entry_id) -> None:
+        """Acknowledge, then delete: the streams hold only what is still to be processed."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xack(stream, streams.ORCHESTRATOR_GROUP, entry_id)
+        pipe.xdel(stream, entry_id)
+        pipe.execute()
+
+    def _ensure_group(self, name: str) -> None:
+        if name in self._groups:
+            return
+        try:
+            self.redis.xgroup_create(name, streams.ORCHESTRATOR_GROUP, id="0", mkstream=True)
+        except redis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+        self._groups.add(name)
+
+    def forget_groups(self) -> None:
+        """After a Redis restart every stream and group is gone: recreate them lazily."""
+        self._groups.clear()
+
+    # -------------------------------------------------------------- entries
+
+    def _handle_entry(self, stream: str, fields: dict) -> None:
+        kind = fields.get(b"kind", b"output").decode()
+        data = fields[b"data"]
+        try:
+            if kind == "event":
+                event = wire.decode_event(data)
+                self.handle(event, wire.request_id_of(event))
+            elif kind == "replica_status":
+                self._last_sync = 0.0  # react on the next loop turn
+            else:
+                output = _output_decoder.decode(data)
+                replica = fields.get(b"replica", b"").decode() or None
+                event = StageOutputEvent(output=output, replica_id=replica, at=time.time())
+                self.handle(event, self.core.request_for(output.request_id))
+        except Exception:
+            log.exception("orchestrator could not handle a %s entry of %s", kind, stream)
+
+    def handle(self, event: Event, request_id: str | None) -> None:
+        if request_id is None:
+            self._execute(self.core.handle(event))
+            return
+        with self._locked([request_id]) as locked:
+            if not locked:
+                log.warning("request %s is locked by another orchestrator; retrying", request_id)
+                time.sleep(0.01)
+                return self.handle(event, request_id)
+            self._reload(request_id)
+            actions = self.core.handle(event)
+            self._execute(actions)
+            self._persist()
+
+    # ---------------------------------------------------------- request state
+
+    @contextmanager
+    def _locked(self, request_ids: list[str], timeout_s: float = 2.0):
+        token = uuid.uuid4().hex
+        held = []
+        deadline = time.monotonic() + timeout_s
+        try:
+            for request_id in sorted(request_ids):
+                key = streams.request_lock(request_id)
+                while not self.redis.set(key, token, nx=True, px=5000):
+                    if time.monotonic() > deadline:
+                        yield False
+                        return
+                    time.sleep(0.002)
+                held.append(key)
+            yield True
+        finally:
+            for key in held:
+                self.redis.eval(_UNLOCK, 1, key, token)
+
+    def _reload(self, request_id: str) -> None:
+        raw = self.redis.hmget(streams.request_state(request_id), ["v", "state"])
+        version = int(raw[0]) if raw[0] else None
+        if version is None:
+            if request_id in self.core.requests and request_id in self.versions:
+                self.core.forget(request_id)  # ended elsewhere
+                self.versions.pop(request_id, None)
+            return
+        if self.versions.get(request_id) == version and request_id in self.core.requests:
+            return
+        self.core.forget(request_id)
+        self.core.restore(decode_state(raw[1]))
+        self.versions[request_id] = version
+
+    def _persist(self) -> None:
+        changed, removed = self.core.take_changes()
+        if not changed and not removed:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for request_id in changed:
+            state = self.core.requests.get(request_id)
+            if state is None:
+                continue
+            version = self.versions.get(request_id, 0) + 1
+            self.versions[request_id] = version
+            key = streams.request_state(request_id)
+            pipe.hset(key, mapping={"v": version, "state": encode_state(state)})
+            pipe.expire(key, int(settings.REQUEST_STREAM_TTL_S * 6))
+            pipe.sadd(streams.active_requests(state.deployment_id), request_id)
+        for request_id in removed:
+            self.versions.pop(request_id, None)
+            pipe.delete(streams.request_state(request_id))
+            for deployment_id in self.deployments:
+                pipe.srem(streams.active_requests(deployment_id), request_id)
+        pipe.execute()
+
+    def _with_all_requests(self, deployment_ids, event: Event) -> None:
+        """Handle a deployment-wide event (replica down, tick) over every active request, reloaded."""
+        request_ids = set()
+        for deployment_id in deployment_ids:
+            request_ids |= {m.decode() for m in self.redis.smembers(streams.active_requests(deployment_id))}
+        request_ids |= set(self.core.requests)
+        with self._locked(sorted(request_ids)) as locked:
+            if not locked:
+                return  # another orchestrator is busy with them; the next turn tries again
+            for request_id in request_ids:
+                self._reload(request_id)
+            self._execute(self.core.handle(event))
+            self._persist()
+
+    # ---------------------------------------------------------------- actions
+
+    def _execute(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        ttl = settings.REQUEST_STREAM_TTL_S
+        for action in actions:
+            if isinstance(action, SendToReplica):
+                pipe.xadd(streams.replica_input(action.replica_id), {"kind": "request", "data": encode(action.request)})
+            elif isinstance(action, SendAbort):
+                message = encode(Abort(request_id=action.request_id))
+                pipe.xadd(streams.replica_input(action.replica_id), {"kind": "abort", "data": message})
+            elif isinstance(action, Emit | Complete | Fail):
+                if action.request_id in self.warmups:
+                    self._warmup_result(action)
+                    continue
+                key = streams.request_output(action.request_id)
+                pipe.xadd(key, wire.client_message(action))
+                pipe.expire(key, ttl)
+        pipe.execute()
+
+    def _warmup_result(self, action: Action) -> None:
+        if isinstance(action, Emit):
+            return
+        deployment_id = self.warmups.pop(action.request_id)
+        if isinstance(action, Complete):
+            log.info("deployment %s warmed up", self.deployments.get(deployment_id, deployment_id))
+            warmup_succeeded(deployment_id)
+        else:
+            log.warning("warm-up of %s failed: %s", deployment_id, action.error.message)
+            warmup_failed(deployment_id, action.error.message)
+
+    # ---------------------------------------------------- deployments, replicas
+
+    def sync_deployments(self) -> None:
+        close_old_connections()
+        wanted = {
+            str(d.id): d
+            for d in Deployment.objects.select_related("pipeline").filter(desired_state=Deployment.Desired.RUNNING)
+        }
+        for deployment_id, deployment in wanted.items():
+            if deployment_id not in self.deployments:
+                event = DeploymentUp(
+                    deployment_id=deployment_id,
+                    pipeline=load_pipeline_config(deployment.pipeline.config),
+                    deploy=load_deploy_config(deployment.deploy_config),
+                    at=time.time(),
+                )
+                self._execute(self.core.handle(event))
+                self.deployments[deployment_id] = deployment.name
+        for deployment_id in set(self.deployments) - set(wanted):
+            self._with_all_requests([deployment_id], DeploymentDown(deployment_id=deployment_id, at=time.time()))
+            del self.deployments[deployment_id]
+
+    def sync_replicas(self) -> None:
+        replicas = list(
+            Replica.objects.filter(deployment_id__in=list(self.deployments)).values_list("id", "deployment_id", "stage")
+        )
+        statuses = replica_statuses([str(r[0]) for r in replicas])
+        for replica_id, deployment_id, stage in replicas:
+            replica_id = str(replica_id)
+            status = statuses.get(replica_id)
+            ready = status is not None and status.state == "READY"
+            if ready and replica_id not in self.replicas_up:
+                self.replicas_up.add(replica_id)
+                event = ReplicaUp(replica_id=replica_id, deployment_id=str(deployment_id), stage=stage, at=time.time())
+                self._with_all_requests([str(deployment_id)], event)
+            elif not ready and replica_id in self.replicas_up:
+                self.replicas_up.discard(replica_id)
+                reason = status.error if status and status.error else "the replica stopped heart-beating"
+                event = ReplicaDown(replica_id=replica_id, reason=reason or "the replica is not serving", at=time.time())
+                self._with_all_requests([str(deployment_id)], event)
+        known = {str(r[0]) for r in replicas}
+        for gone in self.replicas_up - known:
+            self.replicas_up.discard(gone)
+            self._with_all_requests(list(self.deployments), ReplicaDown(replica_id=gone, reason="replica removed", at=time.time()))
+
+    def tick(self) -> None:
+        self._with_all_requests(list(self.deployments), Tick(at=time.time()))
+
+    def is_leader(self) -> bool:
+        key = streams.reconciler_leader()
+        if self.redis.set(key, self.id, nx=True, px=5000):
+            return True
+        if self.redis.get(key) == self.id.encode():
+            self.redis.pexpire(key, 5000)
+            return True
+        return False
+
+    def reconcile(self) -> None:
+        close_old_connections()
+        result = reconcile()
+        in_flight = set(self.warmups.values())
+        for deployment in result.warmups:
+            deployment_id = str(deployment.id)
+            if deployment_id in in_flight:
+                continue
+            self.sync_deployments()
+            self.sync_replicas()
+            request_id = f"warmup-{deployment.name}-{uuid.uuid4().hex[:8]}"
+            self.warmups[request_id] = deployment_id
+            self.handle(wire.warmup_submit(deployment_id, request_id), request_id)
+

@@ -1,0 +1,112 @@
+"""The serving path for the API: submit a request to a deployment and iterate its outputs.
+
+    async for message in serve(deployment, request):
+        ...  # message.kind: "output" (message.output), then "complete" or "fail"
+
+Works the same embedded and against external Redis. A client that stops iterating
+(disconnect) cancels the request in every stage.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import redis
+import redis.asyncio
+
+from control_plane.orchestrator import wire
+from control_plane.redis_client import get_async_redis
+from stages import streams
+from stages.orchestrator import Cancel, InputChunk, Submit
+from stages.protocol import SamplingParams, StageError, StageRequest
+
+
+POLL_BLOCK_MS = 1000
+
+
+class ServingUnavailable(Exception):
+    """The platform cannot take or finish the request right now (Redis down, timeout)."""
+
+
+async def submit(
+    client: redis.asyncio.Redis,
+    deployment_id: str,
+    request: StageRequest,
+    sampling: dict[str, SamplingParams] | None = None,
+) -> None:
+    event = Submit(deployment_id=deployment_id, request=request, sampling=sampling or {}, at=time.time())
+    await client.xadd(streams.orchestrator_inbox(), wire.encode_event(event))
+
+
+async def cancel(client: redis.asyncio.Redis, request_id: str, reason: str = "cancelled by the client") -> None:
+    event = Cancel(request_id=request_id, reason=reason, at=time.time())
+    await client.xadd(streams.orchestrator_inbox(), wire.encode_event(event))
+
+
+async def send_chunk(client: redis.asyncio.Redis, request_id: str, chunk: StageRequest) -> None:
+    event = InputChunk(request_id=request_id, chunk=chunk, at=time.time())
+    await client.xadd(streams.orchestrator_inbox(), wire.encode_event(event))
+
+
+async def serve(
+    deployment_id: str,
+    request: StageRequest,
+    sampling: dict[str, SamplingParams] | None = None,
+    *,
+    idle_timeout_s: float = 60.0,
+    client: redis.asyncio.Redis | None = None,
+) -> AsyncIterator[wire.ClientMessage]:
+    """Submit and yield the request's client messages until it completes or fails.
+
+    `idle_timeout_s` bounds the wait for the next message (the orchestrator's per-hop
+    timeouts fire first; this guards against a dead orchestrator). Leaving the loop
+    early cancels the request.
+    """
+    own_client = client is None
+    client = client or get_async_redis()
+    key = streams.request_output(request.request_id)
+    ended = False
+    seen: set[tuple[int, int]] = set()
+    try:
+        try:
+            await submit(client, deployment_id, request, sampling)
+        except redis.RedisError as error:
+            raise ServingUnavailable(f"the platform's Redis is unavailable: {error}") from None
+        last_id = "0"
+        idle_since = time.monotonic()
+        while True:
+            try:
+                # short blocks: clients may carry a socket timeout shorter than idle_timeout_s
+                entries = await client.xread({key: last_id}, count=64, block=POLL_BLOCK_MS)
+            except redis.RedisError as error:
+                raise ServingUnavailable(f"lost the platform's Redis mid-request: {error}") from None
+            if not entries:
+                if time.monotonic() - idle_since > idle_timeout_s:
+                    raise ServingUnavailable(f"no output for {idle_timeout_s:.0f} s; the request was cancelled")
+                continue
+            idle_since = time.monotonic()
+            for entry_id, fields in entries[0][1]:
+                last_id = entry_id
+                message = wire.decode_client_message(fields)
+                if message.output is not None:
+                    mark = (message.output.stage_id, message.output.seq)
+                    if mark in seen:
+                        continue  # a redelivery after an orchestrator restart
+                    seen.add(mark)
+                yield message
+                if message.kind in ("complete", "fail"):
+                    ended = True
+                    return
+    finally:
+        if not ended:
+            try:
+                await cancel(client, request.request_id)
+            except redis.RedisError:
+                pass
+        if own_client:
+            await client.aclose()
+
+
+def error_of(message: wire.ClientMessage) -> StageError:
+    return message.error or StageError(message="unknown failure")

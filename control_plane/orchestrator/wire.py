@@ -1,0 +1,70 @@
+"""Messages between the API processes and the orchestrator, as Redis stream fields."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from stages.orchestrator import Cancel, Complete, Emit, Fail, InputChunk, RequestSummary, Submit
+from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
+
+ClientEvent = Submit | Cancel | InputChunk
+_event_encoder = msgspec.msgpack.Encoder()
+_event_decoder = msgspec.msgpack.Decoder(ClientEvent)
+_output_decoder = msgspec.msgpack.Decoder(StageOutput)
+_summary_decoder = msgspec.msgpack.Decoder(RequestSummary)
+_error_decoder = msgspec.msgpack.Decoder(StageError)
+
+
+def encode_event(event: ClientEvent) -> dict[str, bytes]:
+    return {"kind": b"event", "data": _event_encoder.encode(event)}
+
+
+def decode_event(data: bytes) -> ClientEvent:
+    return _event_decoder.decode(data)
+
+
+def request_id_of(event) -> str | None:
+    if isinstance(event, Submit):
+        return event.request.request_id
+    return getattr(event, "request_id", None)
+
+
+def client_message(action: Emit | Complete | Fail) -> dict[str, bytes]:
+    if isinstance(action, Emit):
+        return {"kind": b"output", "data": _event_encoder.encode(action.output)}
+    if isinstance(action, Complete):
+        return {"kind": b"complete", "summary": _event_encoder.encode(action.summary)}
+    return {"kind": b"fail", "error": _event_encoder.encode(action.error), "summary": _event_encoder.encode(action.summary)}
+
+
+class ClientMessage(msgspec.Struct, kw_only=True):
+    kind: str
+    output: StageOutput | None = None
+    summary: RequestSummary | None = None
+    error: StageError | None = None
+
+
+def decode_client_message(fields: dict[bytes, bytes]) -> ClientMessage:
+    kind = fields[b"kind"].decode()
+    message = ClientMessage(kind=kind)
+    if kind == "output":
+        message.output = _output_decoder.decode(fields[b"data"])
+    if b"summary" in fields:
+        message.summary = _summary_decoder.decode(fields[b"summary"])
+    if b"error" in fields:
+        message.error = _error_decoder.decode(fields[b"error"])
+    return message
+
+
+def warmup_submit(deployment_id: str, request_id: str) -> Submit:
+    request = StageRequest(
+        request_id=request_id,
+        prompt="Hello",
+        messages=[{"role": "user", "content": "Hello"}],
+        sampling=SamplingParams(max_tokens=2, temperature=0.0),
+        params={"warmup": True, "num_inference_steps": 2, "height": 64, "width": 64},
+        arrival_time=time.time(),
+    )
+    return Submit(deployment_id=deployment_id, request=request, at=time.time())

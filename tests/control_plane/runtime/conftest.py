@@ -1,0 +1,102 @@
+"""A live platform for runtime tests: a private redis-server (so a test can restart it),
+a Celery worker pool, the orchestrator and daphne, all real processes."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+
+from control_plane.accounts.services import api_key_create
+from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
+
+
+@pytest.fixture(scope="session")
+def pipeline_definitions():
+    return discover_pipelines()
+
+
+@pytest.fixture
+def pipelines(transactional_db, pipeline_definitions):
+    pipeline_sync(pipeline_definitions)
+
+
+@pytest.fixture
+def operator(transactional_db, django_user_model):
+    user = django_user_model.objects.create_user("operator", password="x", is_staff=True)
+    _, secret = api_key_create(user=user, name="ops", scopes=["inference", "deployments:read", "deployments:write"])
+    return user, secret
+
+
+class Stack:
+    def __init__(self, env: dict, tmp_path, secret: str):
+        self.env = env
+        self.tmp = tmp_path
+        self.redis = RedisServer(tmp_path / "redis").start()
+        self.env["REDIS_URL"] = self.redis.url
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.headers = {"Authorization": f"Bearer {secret}"}
+        self.procs: dict[str, Proc] = {}
+        self.start_worker()
+        self.start_orchestrator()
+        self.procs["web"] = self._proc(
+            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "control_plane.asgi:application"]
+        )
+        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
+
+    def _proc(self, name: str, argv: list[str]) -> Proc:
+        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+
+    def start_worker(self) -> None:
+        self.procs["worker"] = self._proc(
+            "worker",
+            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "rt@%h",
+             "--without-mingle", "--without-gossip", "-l", "WARNING"],
+        )  # fmt: skip
+
+    def start_orchestrator(self) -> None:
+        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
+
+    def api(self, method: str, path: str, **kwargs) -> httpx.Response:
+        return httpx.request(method, f"{self.base}{path}", headers=self.headers, timeout=30, **kwargs)
+
+    def deploy(self, name: str, pipeline: str, model_dir: str = "-", deploy_config: dict | None = None) -> dict:
+        body = {"name": name, "pipeline": pipeline, "model_dir": model_dir, "deploy_config": deploy_config or {}}
+        response = self.api("POST", "/api/deployments/", json=body)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def wait_state(self, name: str, state: str, timeout: float = 120) -> dict:
+        def reached():
+            body = self.api("GET", f"/api/deployments/{name}/").json()
+            return body if body["state"] == state else None
+
+        try:
+            return wait_for(reached, timeout=timeout, interval=0.3, what=f"{name} {state}")
+        except TimeoutError:
+            print(self.api("GET", f"/api/deployments/{name}/").json())
+            print(self.logs())
+            raise
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}" for log in self.tmp.glob("*.log"))
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.redis.stop()
+
+
+@pytest.fixture
+def stack(platform_env, tmp_path, pipelines, operator):
+    env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
+    live = Stack(env, tmp_path, operator[1])
+    yield live
+    # stop the replica hosts through their deployments, then the processes
+    for deployment in live.api("GET", "/api/deployments/").json():
+        live.api("POST", f"/api/deployments/{deployment['name']}/stop/")
+    time.sleep(0.5)
+    live.stop()

@@ -1,0 +1,34 @@
+"""Builds the stage engine a ReplicaSpec describes (in the replica host's own process)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from stages.config import StageDeployConfig, load_pipeline_config
+from stages.engine import StageEngine
+from stages.errors import ConfigError
+from stages.models import get_family, load_stage_engine
+from stages.protocol import ReplicaSpec
+
+
+def stage_deploy_of(spec: ReplicaSpec) -> StageDeployConfig:
+    """The stage's deploy config, placed on the device the spec assigns to this replica."""
+    try:
+        stage_deploy = msgspec.convert(spec.stage_deploy, StageDeployConfig)
+    except msgspec.ValidationError as error:
+        raise ConfigError("stage_deploy", str(error)) from None
+    if spec.device and spec.device != stage_deploy.device:
+        stage_deploy = msgspec.structs.replace(stage_deploy, device=spec.device)
+    stage_deploy.validate("stage_deploy")
+    return stage_deploy
+
+
+def load_replica_engine(spec: ReplicaSpec) -> StageEngine:
+    """The family's engine for the spec's stage; the entry stage also runs the family's input processing."""
+    stage_deploy = stage_deploy_of(spec)
+    family = get_family(spec.family)
+    pipeline = load_pipeline_config(spec.pipeline) if spec.pipeline else family.pipeline
+    if spec.stage not in {stage.name for stage in pipeline.stages}:
+        names = sorted(stage.name for stage in pipeline.stages)
+        raise ConfigError("stage", f"pipeline {pipeline.name!r} has no stage {spec.stage!r} (has {names})")
+    return load_stage_engine(family, spec.stage, spec.model_dir, stage_deploy, pipeline)

@@ -1,0 +1,386 @@
+"""The replica host: one process, one device, one StageEngine, fed by a Redis stream.
+
+    python -m workers.replica_host --spec-json '<ReplicaSpec JSON>' --redis-url URL [--parent-pid N]
+
+Its loop reads the replica's input stream through the replica consumer group, hands
+requests, chunks and aborts to the engine, steps the engine while it has work, writes
+every StageOutput to the deployment's output stream, and acknowledges each input entry
+once processed. Status goes out as a heartbeat key and as inbox events (replica_status).
+
+Failure rules:
+- Bad input (InvalidRequest / StageFailure from add_request or add_chunk, an undecodable
+  entry) fails that request only, with an error output; the host keeps serving.
+- A `step()` exception that names a request (`error.request_id`), or that happens while
+  only one request is running, fails that request only. Any other `step()` exception
+  means the engine's state is unknown: every running request gets an error output, the
+  host reports ERROR and exits 1, and the control plane restarts it (with backoff).
+- A load failure reports ERROR (the exception's last line) and exits 1.
+- Drain (entry or SIGTERM): new requests are refused with an error output (code
+  "replica_draining") while chunks and aborts of running requests still apply; once no
+  request runs, the host reports STOPPED and exits 0. After OMNISTAGE_DRAIN_TIMEOUT s
+  (default 120) the requests still running fail instead.
+- When the worker whose pid is --parent-pid exits, running requests fail, the host reports
+  ERROR and exits 3.
+
+Exit codes: 0 drained (or another live host already serves this replica), 1 failed, 3 parent gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+import redis
+
+from stages import streams
+from stages.engine import StageEngine
+from stages.errors import StageFailure
+from stages.protocol import Abort, Drain, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
+from workers.replica_input import BadEntry, InputEntry, ReplicaInput
+from workers.replica_status import StatusReporter, heartbeat_ttl_s
+from workers.seen_entries import SeenEntries
+
+log = logging.getLogger("workers.replica_host")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+IDLE_WAIT_MS = 250
+"""How long a read waits for input when the engine has nothing to do (bounds the reaction to a stop)."""
+MAX_CHUNK_WAIT_MS = 50
+"""Longest wait for input while requests wait for chunks (the wait doubles from 1 ms while no output comes)."""
+REDIS_RETRY_S = 0.5
+
+
+@dataclass
+class _Running:
+    stage_id: int
+    next_seq: int = 0
+
+
+class _Fatal(Exception):
+    """The engine is in an unknown state: the host must stop."""
+
+
+def drain_timeout_s() -> float:
+    return float(os.environ.get("OMNISTAGE_DRAIN_TIMEOUT", "120"))
+
+
+def last_line(error: BaseException) -> str:
+    return traceback.format_exception_only(type(error), error)[-1].strip()
+
+
+class ReplicaHost:
+    def __init__(
+        self,
+        spec: ReplicaSpec,
+        client: redis.Redis,
+        *,
+        build_engine: Callable[[ReplicaSpec], StageEngine] | None = None,
+        parent_pid: int | None = None,
+        drains_after_ms: int | None = None,
+    ):
+        self.spec = spec
+        self.client = client
+        self.build_engine = build_engine or _load_engine
+        self.drains_after_ms = drains_after_ms
+        self.input = ReplicaInput(client, spec.replica_id)
+        self.output_stream = streams.deployment_output(spec.deployment_id)
+        self.running: dict[str, _Running] = {}
+        self.reporter = StatusReporter(client, spec, queue_depth=self.input.depth, running=lambda: len(self.running))
+        self.seen = SeenEntries()
+        self.engine: StageEngine | None = None
+        self.stop_requested = threading.Event()
+        self.watch = ParentWatch(parent_pid, on_timeout=self._report_parent_gone) if parent_pid else None
+        self.draining_since: float | None = None
+        self._outbox: list[StageOutput] = []
+        self._unacked: list[InputEntry] = []
+        self._idle_steps = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def run(self) -> int:
+        owner = self.reporter.claim()
+        if owner is not None:
+            log.warning("replica %s is already served by %s: not starting", self.spec.replica_id, owner)
+            return EXIT_OK
+        if self.drains_after_ms is None:
+            seconds, micros = self.client.time()
+            self.drains_after_ms = seconds * 1000 + micros // 1000
+        self.reporter.start()
+        if self.watch is not None:
+            self.watch.start()
+        try:
+            return self._load_and_serve()
+        finally:
+            if self.watch is not None:
+                self.watch.stop()
+            self.reporter.stop()
+
+    def _load_and_serve(self) -> int:
+        try:
+            self.engine = self.build_engine(self.spec)
+        except Exception as error:
+            log.exception("replica %s: loading the engine failed", self.spec.replica_id)
+            self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}")
+            return EXIT_FAILED
+        try:
+            self.input.ensure_group()
+            claimed = self.input.claim_from_dead_consumers(stale_after_ms=int(heartbeat_ttl_s() * 1000))
+            self.reporter.set_state("READY", progress=1.0)
+            return self._serve(claimed)
+        except _Fatal as fatal:
+            self.reporter.set_state("ERROR", error=str(fatal))
+            return EXIT_FAILED
+        finally:
+            self._shutdown_engine()
+
+    def _shutdown_engine(self) -> None:
+        try:
+            self.engine.shutdown()
+        except Exception:
+            log.exception("replica %s: engine shutdown failed", self.spec.replica_id)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _serve(self, claimed: list[InputEntry]) -> int:
+        if claimed:
+            log.info("replica %s: took over %d pending entries", self.spec.replica_id, len(claimed))
+        backlog = claimed
+        while True:
+            if self.watch is not None and self.watch.gone.is_set():
+                return self._abandon(f"the worker process {self.watch.parent_pid} hosting this replica exited")
+            if self.stop_requested.is_set() and self.draining_since is None:
+                self._begin_drain("stop signal")
+            try:
+                entries = backlog or self.input.read(block_ms=self._wait_ms())
+                backlog = []
+                self._take(entries)
+                if self.engine.has_unfinished():
+                    self._step()
+                else:
+                    self._idle_steps = 0
+                self._flush()
+            except (redis.ConnectionError, redis.TimeoutError) as failure:
+                log.warning("replica %s: Redis unavailable (%s); retrying", self.spec.replica_id, failure)
+                time.sleep(REDIS_RETRY_S)
+                continue
+            if self.draining_since is not None and self._drained():
+                return EXIT_OK
+
+    def _wait_ms(self) -> int | None:
+        if not self.engine.has_unfinished():
+            return IDLE_WAIT_MS
+        if self._idle_steps == 0:
+            return None  # outputs are flowing: look for input without waiting
+        return min(MAX_CHUNK_WAIT_MS, 1 << min(self._idle_steps, 6))
+
+    def _take(self, entries: list[InputEntry]) -> None:
+        for entry in entries:
+            self._apply(entry)
+            self._unacked.append(entry)
+
+    def _apply(self, entry: InputEntry) -> None:
+        message = entry.message
+        if isinstance(message, StageRequest):
+            self._take_request(message)
+        elif isinstance(message, Abort):
+            self._abort(message.request_id)
+        elif isinstance(message, Drain):
+            if entry.time_ms < self.drains_after_ms:
+                log.info("replica %s: ignoring a drain sent before this host started", self.spec.replica_id)
+            elif self.draining_since is None:
+                self._begin_drain("drain entry")
+        elif isinstance(message, BadEntry):
+            log.warning("replica %s: bad input entry %s: %s", self.spec.replica_id, entry.entry_id, message.reason)
+            if message.request_id is not None:
+                error = StageError(message=message.reason, type="invalid_request_error", param="data")
+                self._fail(message.request_id, message.stage_id, error)
+
+    def _take_request(self, request: StageRequest) -> None:
+        request_id = request.request_id
+        if not self.seen.first_time(request_id, request.seq):
+            log.info("replica %s: ignoring a redelivered input %s#%d", self.spec.replica_id, request_id, request.seq)
+            return
+        try:
+            if request.seq == 0:
+                self._start_request(request)
+            elif request_id in self.running:
+                self.engine.add_chunk(request)
+            else:
+                message = (
+                    f"request {request_id!r} is not running on replica {self.spec.replica_id!r} (lost by a restart)"
+                )
+                self._fail(request_id, request.stage_id, StageError(message=message, code="request_lost"))
+        except StageFailure as failure:
+            error = StageError(message=failure.message, type=failure.error_type, param=failure.param)
+            self._fail(request_id, request.stage_id, error)
+        except Exception as exception:  # an engine bug on one request's input fails that request only
+            log.exception("replica %s: request %s: input failed", self.spec.replica_id, request_id)
+            self._fail(request_id, request.stage_id, StageError(message=last_line(exception)))
+
+    def _start_request(self, request: StageRequest) -> None:
+        if self.draining_since is not None:
+            message = f"replica {self.spec.replica_id!r} is draining and takes no new requests"
+            self._fail(request.request_id, request.stage_id, StageError(message=message, code="replica_draining"))
+            return
+        self.engine.add_request(request)
+        self.running[request.request_id] = _Running(stage_id=request.stage_id)
+
+    def _abort(self, request_id: str) -> None:
+        self.seen.close(request_id)
+        self.running.pop(request_id, None)
+        self.engine.abort(request_id)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception as exception:
+            self._step_failed(exception)
+            return
+        for output in outputs:
+            running = self.running.get(output.request_id)
+            if running is not None:
+                running.next_seq = max(running.next_seq, output.seq + 1)
+                if output.finished:
+                    del self.running[output.request_id]
+        self._outbox += outputs
+        self._idle_steps = 0 if outputs else self._idle_steps + 1
+
+    def _step_failed(self, exception: Exception) -> None:
+        culprit = getattr(exception, "request_id", None)
+        if culprit is None and len(self.running) == 1:
+            culprit = next(iter(self.running))
+        message = f"the engine failed a step: {last_line(exception)}"
+        if culprit in self.running:
+            log.exception("replica %s: request %s failed a step", self.spec.replica_id, culprit)
+            self._fail(culprit, self.running[culprit].stage_id, StageError(message=message))
+            return
+        log.exception("replica %s: a step failed and no single request caused it", self.spec.replica_id)
+        self._fail_all(StageError(message=message, code="replica_failed"))
+        raise _Fatal(message)
+
+    def _fail(self, request_id: str, stage_id: int, error: StageError) -> None:
+        """End one request with an error output (numbered after its last output)."""
+        self.seen.close(request_id)
+        running = self.running.pop(request_id, None)
+        if running is not None:
+            stage_id = running.stage_id
+            try:
+                self.engine.abort(request_id)
+            except Exception:
+                log.exception("replica %s: aborting failed request %s", self.spec.replica_id, request_id)
+        output = StageOutput(
+            request_id=request_id,
+            stage_id=stage_id,
+            seq=running.next_seq if running else 0,
+            finished=True,
+            finish_reason="error",
+            error=error,
+        )
+        self._outbox.append(output)
+
+    def _fail_all(self, error: StageError) -> None:
+        for request_id, running in list(self.running.items()):
+            self._fail(request_id, running.stage_id, error)
+        self._flush_quietly()
+
+    def _flush(self) -> None:
+        """Publish the outputs, then acknowledge the inputs they came from (both survive a Redis outage)."""
+        if self._outbox:
+            pipe = self.client.pipeline(transaction=False)
+            for output in self._outbox:
+                pipe.xadd(self.output_stream, {"replica": self.spec.replica_id, "data": encode(output)})
+            pipe.execute()
+            self._outbox = []
+        if self._unacked:
+            self.input.done(self._unacked)
+            self._unacked = []
+
+    def _flush_quietly(self) -> None:
+        try:
+            self._flush()
+        except redis.RedisError as failure:
+            log.error("replica %s: could not publish final outputs: %s", self.spec.replica_id, failure)
+
+    # ------------------------------------------------------------------ stopping
+
+    def _begin_drain(self, why: str) -> None:
+        log.info("replica %s: draining (%s), %d requests running", self.spec.replica_id, why, len(self.running))
+        self.draining_since = time.monotonic()
+        self.reporter.set_state("DRAINING")
+
+    def _drained(self) -> bool:
+        if self.running and time.monotonic() - self.draining_since > drain_timeout_s():
+            message = f"replica {self.spec.replica_id!r} stopped before the request finished (drain timeout)"
+            self._fail_all(StageError(message=message, code="drain_timeout"))
+        if self.running or self.engine.has_unfinished():
+            return False
+        self._flush_quietly()
+        self.reporter.set_state("STOPPED")
+        return True
+
+    def _abandon(self, reason: str) -> int:
+        self._fail_all(StageError(message=f"replica {self.spec.replica_id!r} stopped: {reason}", code="replica_lost"))
+        self.reporter.set_state("ERROR", error=reason)
+        return PARENT_GONE_EXIT_CODE
+
+    def _report_parent_gone(self) -> None:
+        """Called by the parent watch when the loop could not stop in time (loading, or a step hangs)."""
+        self.reporter.set_state(
+            "ERROR", error=f"the worker process {self.watch.parent_pid} hosting this replica exited"
+        )
+        self.reporter.stop()
+
+
+def _load_engine(spec: ReplicaSpec) -> StageEngine:
+    from workers.replica_engine import load_replica_engine  # heavy: imports the family's modules
+
+    return load_replica_engine(spec)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.replica_host", description=__doc__.split("\n")[0])
+    parser.add_argument("--spec-json", required=True, help="the ReplicaSpec as JSON")
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the worker) exits")
+    parser.add_argument(
+        "--drains-after-ms",
+        type=int,
+        default=None,
+        help="ignore drain entries Redis took before this time (ms; default: when the host starts)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = msgspec.json.decode(args.spec_json, type=ReplicaSpec)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        print(f"replica host: invalid --spec-json: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=os.environ.get("OMNISTAGE_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s %(levelname)s [replica {spec.replica_id} pid {os.getpid()}] %(name)s: %(message)s",
+    )
+    client = redis.Redis.from_url(args.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    host = ReplicaHost(spec, client, parent_pid=args.parent_pid, drains_after_ms=args.drains_after_ms)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: host.stop_requested.set())
+    code = host.run()
+    log.info("replica %s: exiting with code %d", spec.replica_id, code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

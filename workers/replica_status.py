@@ -1,0 +1,159 @@
+"""What a replica host tells the control plane about itself.
+
+Two channels (names in `stages.streams`): the heartbeat key holds the latest
+`ReplicaStatus` as JSON and expires `ttl_s` after the last beat, so a host that dies
+vanishes on its own; every state change is also an event on the orchestrator inbox
+(`kind=replica_status`, msgpack), so the control plane reacts without polling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import msgspec
+import redis
+
+from stages import streams
+from stages.heartbeat import Heartbeat
+from stages.protocol import ReplicaSpec, ReplicaState, ReplicaStatus, encode
+from workers.processes import is_replica_host
+
+log = logging.getLogger(__name__)
+
+LIVE_STATES: frozenset[str] = frozenset({"LOADING", "READY", "DRAINING"})
+
+
+def heartbeat_interval_s() -> float:
+    return float(os.environ.get("OMNISTAGE_HEARTBEAT_INTERVAL", "2"))
+
+
+def heartbeat_ttl_s() -> float:
+    return float(os.environ.get("OMNISTAGE_HEARTBEAT_TTL", "10"))
+
+
+def read_status(client: redis.Redis, replica_id: str) -> ReplicaStatus | None:
+    """The replica's heartbeat, or None when it has none (never started, or stopped beating)."""
+    raw = client.get(streams.replica_heartbeat(replica_id))
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=ReplicaStatus)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def serving_host(status: ReplicaStatus | None, replica_id: str) -> str | None:
+    """ "host:pid" of the live host a heartbeat names, or None when no host serves the replica.
+
+    On this machine the pid is checked (a host killed with -9 leaves its key for up to a
+    TTL); a host elsewhere counts as live while its key is there."""
+    if status is None or status.state not in LIVE_STATES:
+        return None
+    if status.host == socket.gethostname() and not is_replica_host(status.pid, replica_id):
+        return None
+    return f"{status.host}:{status.pid}"
+
+
+class StatusReporter:
+    def __init__(
+        self,
+        client: redis.Redis,
+        spec: ReplicaSpec,
+        *,
+        queue_depth: Callable[[], int] = lambda: 0,
+        running: Callable[[], int] = lambda: 0,
+        interval_s: float | None = None,
+        ttl_s: float | None = None,
+    ):
+        self.client = client
+        self.key = streams.replica_heartbeat(spec.replica_id)
+        self.queue_depth = queue_depth
+        self.running = running
+        self.ttl_s = ttl_s if ttl_s is not None else heartbeat_ttl_s()
+        self.status = ReplicaStatus(
+            replica_id=spec.replica_id,
+            deployment_id=spec.deployment_id,
+            stage=spec.stage,
+            state="LOADING",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            device=spec.device,
+        )
+        self._lock = threading.Lock()
+        interval = interval_s if interval_s is not None else heartbeat_interval_s()
+        self.heartbeat = Heartbeat(client, self.key, interval_s=interval, ttl_s=self.ttl_s, payload=self._payload)
+        self._beating = False
+
+    def claim(self) -> str | None:
+        """Take the heartbeat key for this host. Returns "host:pid" of another live host instead, if one serves
+        this replica already (then this host must not start)."""
+        body = json.dumps(self._payload())
+        if self.client.set(self.key, body, px=int(self.ttl_s * 1000), nx=True):
+            return None
+        owner = serving_host(read_status(self.client, self.status.replica_id), self.status.replica_id)
+        if owner is not None and owner != f"{self.status.host}:{self.status.pid}":
+            return owner
+        self.client.set(self.key, body, px=int(self.ttl_s * 1000))
+        return None
+
+    def start(self) -> None:
+        self.publish()
+        self.heartbeat.start()
+        self._beating = True
+
+    def set_state(self, state: ReplicaState, *, progress: float | None = None, error: str | None = None) -> None:
+        with self._lock:
+            changed = state != self.status.state
+            self.status.state = state
+            if progress is not None:
+                self.status.progress = progress
+            if error is not None:
+                self.status.error = error
+        log.info("replica %s: %s%s", self.status.replica_id, state, f" ({error})" if error else "")
+        self._beat_now()
+        if changed:
+            self.publish()
+
+    def set_progress(self, progress: float) -> None:
+        with self._lock:
+            self.status.progress = progress
+        self._beat_now()
+
+    def publish(self) -> None:
+        """Send the current status to the orchestrator inbox."""
+        snapshot = msgspec.convert(self._payload(), ReplicaStatus)
+        try:
+            self.client.xadd(streams.orchestrator_inbox(), {"kind": "replica_status", "data": encode(snapshot)})
+        except redis.RedisError as failure:  # the heartbeat key still carries the state
+            log.warning("replica %s: could not publish %s: %s", snapshot.replica_id, snapshot.state, failure)
+
+    def stop(self) -> None:
+        """Stop beating. An ERROR status stays readable until its TTL runs out; any other is removed."""
+        if self._beating:
+            self.heartbeat.stop()  # deletes the key
+            self._beating = False
+        if self.status.state == "ERROR":
+            self._beat_now()
+
+    def _beat_now(self) -> None:
+        try:
+            self.heartbeat.beat()
+        except redis.RedisError as failure:
+            log.warning("replica %s: heartbeat failed: %s", self.status.replica_id, failure)
+
+    def _payload(self) -> dict:
+        try:
+            depth = self.queue_depth()
+        except redis.RedisError:
+            depth = self.status.queue_depth
+        with self._lock:
+            self.status.queue_depth = depth
+            self.status.running = self.running()
+            self.status.ts = time.time()
+            return msgspec.to_builtins(self.status)
