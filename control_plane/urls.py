@@ -11,5 +11,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/", include("control_plane.api_urls")),
+    path("v1/", include("control_plane.openai_compat.urls")),
     path("", include("console.urls")),
 ]

@@ -190,13 +190,17 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("hop_timeout_s", "timeouts must be positive")
 
 
-def _convert(data: Any, kind: type) -> Any:
+def _convert(data: Any, kind: type, path: str = "") -> Any:
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as error:
-        raise ConfigError(_field_of(str(error)), str(error)) from None
-    except ConfigError:
-        raise
+        if isinstance(error.__cause__, ConfigError):  # raised by a __post_init__ check
+            raise error.__cause__ from None
+        field = _field_of(str(error))
+        if path:
+            field = path if field == "$" else f"{path}.{field}"
+        message = str(error).rsplit(" - at `$", 1)[0]
+        raise ConfigError(field, message) from None
 
 
 def _field_of(message: str) -> str:
@@ -208,7 +212,11 @@ def _field_of(message: str) -> str:
 
 def load_deploy_config(data: dict[str, Any] | str | bytes, pipeline: PipelineConfig | None = None) -> DeployConfig:
     """Parse a DeployConfig from a dict, JSON or YAML text; validate against `pipeline`."""
-    config = _convert(_parse(data), DeployConfig)
+    raw = _parse(data)
+    if isinstance(raw, dict) and isinstance(raw.get("stages"), dict):
+        for name, stage in raw["stages"].items():  # msgspec reports dict keys as [...]: name them
+            _convert(stage, StageDeployConfig, f"stages.{name}")
+    config = _convert(raw, DeployConfig)
     if pipeline is not None:
         config.validate(pipeline)
     return config

@@ -15,8 +15,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         keyword, _, secret = header.partition(" ")
-        if keyword != self.keyword:
-            return None
+        if keyword.lower() != self.keyword.lower():
+            return None  # not ours (e.g. Basic): let the next authenticator try
         key = api_key_authenticate(secret.strip())
         if key is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked API key.")

@@ -21,7 +21,6 @@ from stages import streams
 from stages.orchestrator import Cancel, InputChunk, Submit
 from stages.protocol import SamplingParams, StageError, StageRequest
 
-
 POLL_BLOCK_MS = 1000
 
 
