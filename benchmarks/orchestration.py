@@ -37,7 +37,7 @@ def prompt(words: int) -> str:
 async def in_process(requests: int, words: int) -> tuple[list[float], float]:
     from stages import AsyncOmni
 
-    omni = AsyncOmni("-", family="echo", deploy={"stages": {"echo": {"options": ECHO_OPTIONS}}})
+    omni = AsyncOmni("-", family="echo", deploy={"stages": {"echo": {"options": ECHO_OPTIONS}}, "max_queue": 4096})
     await omni.start()
 
     async def one() -> float:
@@ -81,7 +81,7 @@ def start_platform(var_dir: Path):
     procs = [
         Proc([PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "--without-mingle",
               "--without-gossip", "-l", "WARNING"], env, logs / "worker.log"),
-        Proc([PYTHON, "manage.py", "orchestrator"], env, logs / "orchestrator.log"),
+        Proc([PYTHON, *os.environ.get("ORCH_PROFILE", "").split(), "manage.py", "orchestrator"], env, logs / "orchestrator.log"),
     ]  # fmt: skip
     from control_plane.deployments.models import Deployment, Pipeline
     from control_plane.deployments.services import deployment_create

@@ -19,7 +19,6 @@ import os
 import socket
 import time
 import uuid
-from contextlib import contextmanager
 
 import msgspec
 import redis
@@ -55,7 +54,26 @@ from stages.protocol import Abort, StageOutput, encode
 log = logging.getLogger(__name__)
 
 _output_decoder = msgspec.msgpack.Decoder(StageOutput)
-_UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_UNLOCK_ALL = """
+for _, key in ipairs(KEYS) do
+    if redis.call('get', key) == ARGV[1] then redis.call('del', key) end
+end
+return 1
+"""
+
+
+class Batch:
+    """Events to handle together, and the stream entries to acknowledge once they are."""
+
+    def __init__(self):
+        self.events: list[tuple[Event, str | None]] = []
+        self.acks: dict[str, list] = {}
+
+    def add(self, decoded: tuple[Event, str | None] | None, stream: str | None, entry_id) -> None:
+        if decoded is not None:
+            self.events.append(decoded)
+        if stream is not None:
+            self.acks.setdefault(stream, []).append(entry_id)
 
 
 class RedisOrchestrator:
@@ -96,12 +114,14 @@ class RedisOrchestrator:
         for name in names:
             self._ensure_group(name)
         entries = self.redis.xreadgroup(
-            streams.ORCHESTRATOR_GROUP, self.id, {name: ">" for name in names}, count=256, block=self.block_ms
+            streams.ORCHESTRATOR_GROUP, self.id, {name: ">" for name in names}, count=512, block=self.block_ms
         )
+        batch = Batch()
         for stream, messages in entries or []:
             for entry_id, fields in messages:
-                self._handle_entry(stream.decode(), fields)
-                self._done(stream, entry_id)
+                batch.add(self._decode_entry(stream.decode(), fields), stream, entry_id)
+        if batch.acks:
+            self.process(batch)
 
     def claim_abandoned(self) -> None:
         """Take over pending entries of orchestrators that are no longer alive."""
@@ -117,18 +137,11 @@ class RedisOrchestrator:
                 pending = self.redis.xpending_range(name, streams.ORCHESTRATOR_GROUP, "-", "+", 1000, consumer_name)
                 ids = [p["message_id"] for p in pending]
                 if ids:
+                    batch = Batch()
                     for entry_id, fields in self.redis.xclaim(name, streams.ORCHESTRATOR_GROUP, self.id, 0, ids):
-                        if fields:
-                            self._handle_entry(name, fields)
-                        self._done(name, entry_id)
+                        batch.add(self._decode_entry(name, fields) if fields else None, name, entry_id)
+                    self.process(batch)
                 self.redis.xgroup_delconsumer(name, streams.ORCHESTRATOR_GROUP, consumer_name)
-
-    def _done(self, stream, entry_id) -> None:
-        """Acknowledge, then delete: the streams hold only what is still to be processed."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xack(stream, streams.ORCHESTRATOR_GROUP, entry_id)
-        pipe.xdel(stream, entry_id)
-        pipe.execute()
 
     def _ensure_group(self, name: str) -> None:
         if name in self._groups:
@@ -146,60 +159,92 @@ class RedisOrchestrator:
 
     # -------------------------------------------------------------- entries
 
-    def _handle_entry(self, stream: str, fields: dict) -> None:
+    def _decode_entry(self, stream: str, fields: dict) -> tuple[Event, str | None] | None:
         kind = fields.get(b"kind", b"output").decode()
-        data = fields[b"data"]
         try:
             if kind == "event":
-                event = wire.decode_event(data)
-                self.handle(event, wire.request_id_of(event))
-            elif kind == "replica_status":
+                event = wire.decode_event(fields[b"data"])
+                return event, wire.request_id_of(event)
+            if kind == "replica_status":
                 self._last_sync = 0.0  # react on the next loop turn
-            else:
-                output = _output_decoder.decode(data)
-                replica = fields.get(b"replica", b"").decode() or None
-                event = StageOutputEvent(output=output, replica_id=replica, at=time.time())
-                self.handle(event, self.core.request_for(output.request_id))
+                return None
+            output = _output_decoder.decode(fields[b"data"])
+            replica = fields.get(b"replica", b"").decode() or None
+            event = StageOutputEvent(output=output, replica_id=replica, at=time.time())
+            return event, self.core.request_for(output.request_id)
         except Exception:
-            log.exception("orchestrator could not handle a %s entry of %s", kind, stream)
+            log.exception("orchestrator could not decode a %s entry of %s", kind, stream)
+            return None
 
     def handle(self, event: Event, request_id: str | None) -> None:
-        if request_id is None:
-            self._execute(self.core.handle(event))
-            return
-        with self._locked([request_id]) as locked:
-            if not locked:
-                log.warning("request %s is locked by another orchestrator; retrying", request_id)
-                time.sleep(0.01)
-                return self.handle(event, request_id)
-            self._reload(request_id)
-            actions = self.core.handle(event)
-            self._execute(actions)
-            self._persist()
+        batch = Batch()
+        batch.add((event, request_id), None, None)
+        self.process(batch)
+
+    def process(self, batch: Batch, every_request_of: list[str] | None = None) -> None:
+        """Handle a batch of events in three Redis round trips: lock and load the requests they
+        touch, run the core, then write actions, state, unlocks and acknowledgements at once.
+
+        With `every_request_of`, every active request of those deployments is loaded too
+        (deployment-wide events: a replica went down, time passed).
+        """
+        request_ids = {request_id for _, request_id in batch.events if request_id}
+        if every_request_of is not None:
+            pipe = self.redis.pipeline(transaction=False)
+            for deployment_id in every_request_of:
+                pipe.smembers(streams.active_requests(deployment_id))
+            for members in pipe.execute():
+                request_ids |= {member.decode() for member in members}
+            request_ids |= set(self.core.requests)
+        token = uuid.uuid4().hex
+        locks = self._lock_and_load(sorted(request_ids), token)
+        actions: list[Action] = []
+        for event, _ in batch.events:
+            try:
+                actions += self.core.handle(event)
+            except Exception:
+                log.exception("orchestrator core failed on %s", type(event).__name__)
+        pipe = self.redis.pipeline(transaction=False)
+        self._queue_actions(pipe, actions)
+        self._queue_persist(pipe)
+        if locks:
+            pipe.eval(_UNLOCK_ALL, len(locks), *locks, token)
+        for stream, entry_ids in batch.acks.items():
+            pipe.xack(stream, streams.ORCHESTRATOR_GROUP, *entry_ids)
+            pipe.xdel(stream, *entry_ids)  # the streams hold only what is still to be processed
+        pipe.execute()
 
     # ---------------------------------------------------------- request state
 
-    @contextmanager
-    def _locked(self, request_ids: list[str], timeout_s: float = 2.0):
-        token = uuid.uuid4().hex
-        held = []
+    def _lock_and_load(self, request_ids: list[str], token: str, timeout_s: float = 5.0) -> list[str]:
+        """Take each request's lock and adopt its stored state if another orchestrator changed it."""
+        held: list[str] = []
+        waiting = request_ids
         deadline = time.monotonic() + timeout_s
-        try:
-            for request_id in sorted(request_ids):
-                key = streams.request_lock(request_id)
-                while not self.redis.set(key, token, nx=True, px=5000):
-                    if time.monotonic() > deadline:
-                        yield False
-                        return
-                    time.sleep(0.002)
-                held.append(key)
-            yield True
-        finally:
-            for key in held:
-                self.redis.eval(_UNLOCK, 1, key, token)
+        while waiting:
+            pipe = self.redis.pipeline(transaction=False)
+            for request_id in waiting:
+                pipe.set(streams.request_lock(request_id), token, nx=True, px=5000)
+                pipe.hmget(streams.request_state(request_id), ["v", "state"])
+            results = pipe.execute()
+            busy = []
+            for index, request_id in enumerate(waiting):
+                if results[2 * index]:
+                    held.append(streams.request_lock(request_id))
+                    self._adopt(request_id, results[2 * index + 1])
+                else:
+                    busy.append(request_id)
+            if busy and time.monotonic() > deadline:
+                log.error("requests %s stayed locked for %.0f s; handling them anyway", busy[:5], timeout_s)
+                for request_id in busy:
+                    self._adopt(request_id, self.redis.hmget(streams.request_state(request_id), ["v", "state"]))
+                break
+            waiting = busy
+            if waiting:
+                time.sleep(0.002)
+        return held
 
-    def _reload(self, request_id: str) -> None:
-        raw = self.redis.hmget(streams.request_state(request_id), ["v", "state"])
+    def _adopt(self, request_id: str, raw: list) -> None:
         version = int(raw[0]) if raw[0] else None
         if version is None:
             if request_id in self.core.requests and request_id in self.versions:
@@ -212,11 +257,8 @@ class RedisOrchestrator:
         self.core.restore(decode_state(raw[1]))
         self.versions[request_id] = version
 
-    def _persist(self) -> None:
+    def _queue_persist(self, pipe) -> None:
         changed, removed = self.core.take_changes()
-        if not changed and not removed:
-            return
-        pipe = self.redis.pipeline(transaction=False)
         for request_id in changed:
             state = self.core.requests.get(request_id)
             if state is None:
@@ -232,28 +274,21 @@ class RedisOrchestrator:
             pipe.delete(streams.request_state(request_id))
             for deployment_id in self.deployments:
                 pipe.srem(streams.active_requests(deployment_id), request_id)
-        pipe.execute()
 
     def _with_all_requests(self, deployment_ids, event: Event) -> None:
         """Handle a deployment-wide event (replica down, tick) over every active request, reloaded."""
-        request_ids = set()
-        for deployment_id in deployment_ids:
-            request_ids |= {m.decode() for m in self.redis.smembers(streams.active_requests(deployment_id))}
-        request_ids |= set(self.core.requests)
-        with self._locked(sorted(request_ids)) as locked:
-            if not locked:
-                return  # another orchestrator is busy with them; the next turn tries again
-            for request_id in request_ids:
-                self._reload(request_id)
-            self._execute(self.core.handle(event))
-            self._persist()
+        batch = Batch()
+        batch.add((event, None), None, None)
+        self.process(batch, every_request_of=list(deployment_ids))
 
     # ---------------------------------------------------------------- actions
 
     def _execute(self, actions: list[Action]) -> None:
-        if not actions:
-            return
         pipe = self.redis.pipeline(transaction=False)
+        self._queue_actions(pipe, actions)
+        pipe.execute()
+
+    def _queue_actions(self, pipe, actions: list[Action]) -> None:
         ttl = settings.REQUEST_STREAM_TTL_S
         for action in actions:
             if isinstance(action, SendToReplica):
@@ -268,7 +303,6 @@ class RedisOrchestrator:
                 key = streams.request_output(action.request_id)
                 pipe.xadd(key, wire.client_message(action))
                 pipe.expire(key, ttl)
-        pipe.execute()
 
     def _warmup_result(self, action: Action) -> None:
         if isinstance(action, Emit):
@@ -319,12 +353,16 @@ class RedisOrchestrator:
             elif not ready and replica_id in self.replicas_up:
                 self.replicas_up.discard(replica_id)
                 reason = status.error if status and status.error else "the replica stopped heart-beating"
-                event = ReplicaDown(replica_id=replica_id, reason=reason or "the replica is not serving", at=time.time())
+                event = ReplicaDown(
+                    replica_id=replica_id, reason=reason or "the replica is not serving", at=time.time()
+                )
                 self._with_all_requests([str(deployment_id)], event)
         known = {str(r[0]) for r in replicas}
         for gone in self.replicas_up - known:
             self.replicas_up.discard(gone)
-            self._with_all_requests(list(self.deployments), ReplicaDown(replica_id=gone, reason="replica removed", at=time.time()))
+            self._with_all_requests(
+                list(self.deployments), ReplicaDown(replica_id=gone, reason="replica removed", at=time.time())
+            )
 
     def tick(self) -> None:
         self._with_all_requests(list(self.deployments), Tick(at=time.time()))
@@ -351,4 +389,3 @@ class RedisOrchestrator:
             request_id = f"warmup-{deployment.name}-{uuid.uuid4().hex[:8]}"
             self.warmups[request_id] = deployment_id
             self.handle(wire.warmup_submit(deployment_id, request_id), request_id)
-

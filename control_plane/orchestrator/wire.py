@@ -36,7 +36,11 @@ def client_message(action: Emit | Complete | Fail) -> dict[str, bytes]:
         return {"kind": b"output", "data": _event_encoder.encode(action.output)}
     if isinstance(action, Complete):
         return {"kind": b"complete", "summary": _event_encoder.encode(action.summary)}
-    return {"kind": b"fail", "error": _event_encoder.encode(action.error), "summary": _event_encoder.encode(action.summary)}
+    return {
+        "kind": b"fail",
+        "error": _event_encoder.encode(action.error),
+        "summary": _event_encoder.encode(action.summary),
+    }
 
 
 class ClientMessage(msgspec.Struct, kw_only=True):
