@@ -200,3 +200,13 @@ except EnvError as error:
 
 # Demo deployments `make run` creates (name:pipeline:tiny checkpoint), comma-separated; empty for none.
 DEMO_DEPLOYMENTS = env_list("OMNISTAGE_DEMO", ["tiny-llm:llm:qwen2"])
+
+AUTHENTICATION_BACKENDS = ["control_plane.accounts.backends.ThrottledModelBackend"]
+try:
+    ACCOUNTS_LOGIN_MAX_FAILURES = env_int("OMNISTAGE_LOGIN_MAX_FAILURES", 5, minimum=1)
+    ACCOUNTS_LOGIN_MAX_FAILURES_PER_IP = env_int("OMNISTAGE_LOGIN_MAX_FAILURES_PER_IP", 50, minimum=1)
+    ACCOUNTS_LOGIN_WINDOW_S = env_int("OMNISTAGE_LOGIN_WINDOW_S", 900, minimum=1)
+    ACCOUNTS_QUOTA_LEASE_S = env_int("OMNISTAGE_QUOTA_LEASE_S", 600, minimum=1)
+    ACCOUNTS_QUOTA_RULES_TTL_S = env_float("OMNISTAGE_QUOTA_RULES_TTL_S", 5.0, minimum=0)
+except EnvError as error:
+    sys.exit(f"omnistage: configuration error: {error}")

@@ -91,7 +91,7 @@ class PipelineDetailApi(APIView):
 
 
 class DeploymentListApi(APIView):
-    class Input(serializers.Serializer):
+    class DeploymentCreateInput(serializers.Serializer):
         name = serializers.SlugField(max_length=100)
         pipeline = serializers.SlugField(max_length=100)
         model_dir = serializers.CharField(max_length=500)
@@ -104,9 +104,9 @@ class DeploymentListApi(APIView):
     def get(self, request):
         return Response(DeploymentOutput(queries.deployment_list(), many=True).data)
 
-    @extend_schema(request=Input, responses={201: DeploymentOutput})
+    @extend_schema(request=DeploymentCreateInput, responses={201: DeploymentOutput})
     def post(self, request):
-        data = self.Input(data=request.data)
+        data = self.DeploymentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         pipeline = Pipeline.objects.filter(name=data.validated_data["pipeline"]).first()
         if pipeline is None:
@@ -127,6 +127,8 @@ class DeploymentListApi(APIView):
 
 
 class DeploymentDetailApi(APIView):
+    deployment_url_kwarg = "name"  # a key's deployment allow-list applies to this URL
+
     def get_permissions(self):
         return [CanWriteDeployments() if self.request.method == "DELETE" else CanReadDeployments()]
 
@@ -141,15 +143,17 @@ class DeploymentDetailApi(APIView):
 
 
 class DeploymentScaleApi(APIView):
+    deployment_url_kwarg = "name"  # a key's deployment allow-list applies to this URL
+
     permission_classes = [CanWriteDeployments]
 
-    class Input(serializers.Serializer):
+    class DeploymentScaleInput(serializers.Serializer):
         stage = serializers.CharField(max_length=64)
         replicas = serializers.IntegerField()
 
-    @extend_schema(request=Input, responses=DeploymentOutput)
+    @extend_schema(request=DeploymentScaleInput, responses=DeploymentOutput)
     def post(self, request, name: str):
-        data = self.Input(data=request.data)
+        data = self.DeploymentScaleInput(data=request.data)
         data.is_valid(raise_exception=True)
         try:
             deployment = deployment_scale(deployment=_deployment(name), **data.validated_data)
@@ -159,6 +163,8 @@ class DeploymentScaleApi(APIView):
 
 
 class DeploymentStopApi(APIView):
+    deployment_url_kwarg = "name"  # a key's deployment allow-list applies to this URL
+
     permission_classes = [CanWriteDeployments]
 
     @extend_schema(request=None, responses=DeploymentOutput)
@@ -168,6 +174,8 @@ class DeploymentStopApi(APIView):
 
 
 class DeploymentStartApi(APIView):
+    deployment_url_kwarg = "name"  # a key's deployment allow-list applies to this URL
+
     permission_classes = [CanWriteDeployments]
 
     @extend_schema(request=None, responses=DeploymentOutput)
