@@ -1,0 +1,129 @@
+"""Paged attention plugged into unmodified transformers models through `AttentionInterface`.
+
+`register()` adds the attention implementation "omnistage_paged"; a model loaded with
+`attn_implementation=ATTENTION_NAME` calls `paged_attention_forward` from every attention layer.
+The model's forward receives one `AttentionBatch` as the keyword argument `ar_batch`; transformers
+hands keyword arguments down to the attention function unchanged. Because the name has no mask
+function registered, transformers builds no mask: the batch describes its own layout.
+
+A step packs all scheduled tokens into one row [1, T]: first `num_decodes` single-token decodes
+(batched in one SDPA call over their gathered context), then the prefill chunks (one SDPA call
+each, causal with the chunk's offset). New keys and values are scattered into the cache at
+`slot_mapping` before they are read, so a chunk attends to itself and to its cached prefix.
+Every operation on the decode path has static shapes, so it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from stages.ar.kv_cache import PagedKVCache
+
+ATTENTION_NAME = "omnistage_paged"
+
+
+@dataclass
+class PrefillChunk:
+    query_start: int
+    query_len: int
+    context_len: int
+    block_table: torch.Tensor
+    """[blocks] the sequence's cache blocks, covering positions 0..context_len-1."""
+    mask: torch.Tensor | None
+    """[query_len, context_len] bool, or None when the chunk starts at position 0 (plain causal)."""
+
+
+@dataclass
+class AttentionBatch:
+    kv_cache: PagedKVCache
+    slot_mapping: torch.Tensor
+    """[T] cache slot of every packed token (padded rows write to the null block)."""
+    num_decodes: int = 0
+    decode_block_tables: torch.Tensor | None = None
+    """[num_decodes, B] cache blocks of each decode's context, padded with the null block."""
+    decode_mask: torch.Tensor | None = None
+    """[num_decodes, 1, 1, B * block_size] bool: which gathered positions are real context."""
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+def register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    ar_batch: AttentionBatch | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """query [1, H, T, D], key/value [1, KVH, T, D] -> ([1, T, H, D], None)."""
+    if ar_batch is None:
+        raise RuntimeError(f"{ATTENTION_NAME} attention needs the `ar_batch` keyword argument")
+    layer = module.layer_idx
+    keys, values = ar_batch.kv_cache.keys[layer], ar_batch.kv_cache.values[layer]
+    keys.index_copy_(0, ar_batch.slot_mapping, key[0].transpose(0, 1).to(keys.dtype))
+    values.index_copy_(0, ar_batch.slot_mapping, value[0].transpose(0, 1).to(values.dtype))
+
+    queries = query[0]  # [H, T, D]
+    groups = queries.shape[0] // keys.shape[1]
+    pieces = []
+    if ar_batch.num_decodes:
+        pieces.append(_decode_attention(queries, keys, values, ar_batch, groups, scaling))
+    for chunk in ar_batch.prefills:
+        pieces.append(_prefill_attention(queries, keys, values, chunk, groups, scaling, ar_batch.kv_cache.block_size))
+    output = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+    return output.unsqueeze(0), None
+
+
+def _decode_attention(queries, keys, values, batch: AttentionBatch, groups: int, scaling) -> torch.Tensor:
+    """Single-token queries against their gathered context: one SDPA call for the whole group.
+
+    The query heads that share a KV head become that head's "query rows" ([N, KVH, G, D]); all are
+    at the same position, so the padding mask is the only mask and KV heads are never expanded.
+    """
+    count, heads, dim = batch.num_decodes, queries.shape[0], queries.shape[2]
+    q = queries[:, :count].transpose(0, 1).reshape(count, heads // groups, groups, dim)
+    block_size = batch.kv_cache.block_size
+    k = _gather_blocks(keys, batch.decode_block_tables, block_size).transpose(1, 2)  # [N, KVH, L, D]
+    v = _gather_blocks(values, batch.decode_block_tables, block_size).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=batch.decode_mask, scale=scaling)
+    return out.reshape(count, heads, dim)  # [N, H, D]
+
+
+def _prefill_attention(queries, keys, values, chunk: PrefillChunk, groups: int, scaling, block_size) -> torch.Tensor:
+    q = queries[:, chunk.query_start : chunk.query_start + chunk.query_len]  # [H, q, D]
+    k = _context(keys, chunk, block_size).transpose(0, 1)  # [KVH, ctx, D]
+    v = _context(values, chunk, block_size).transpose(0, 1)
+    k, v = _expand_heads(k, groups), _expand_heads(v, groups)  # [H, ctx, D]
+    if chunk.mask is None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, scale=scaling)
+    return out.transpose(0, 1)  # [q, H, D]
+
+
+def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[slots, KVH, D] cache, [N, B] block ids -> [N, B * block_size, KVH, D] (whole blocks: cheap to index)."""
+    blocks = cache.view(-1, block_size, *cache.shape[1:])
+    gathered = blocks.index_select(0, block_tables.reshape(-1))
+    return gathered.view(block_tables.shape[0], -1, *cache.shape[1:])
+
+
+def _context(cache: torch.Tensor, chunk: PrefillChunk, block_size: int) -> torch.Tensor:
+    blocks = cache.view(-1, block_size, *cache.shape[1:]).index_select(0, chunk.block_table)
+    return blocks.view(-1, *cache.shape[1:])[: chunk.context_len]  # [ctx, KVH, D]
+
+
+def _expand_heads(states: torch.Tensor, groups: int) -> torch.Tensor:
+    """Repeat KV heads for grouped-query attention; heads are dim -3."""
+    return states if groups == 1 else states.repeat_interleave(groups, dim=-3)

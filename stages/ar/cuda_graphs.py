@@ -1,0 +1,135 @@
+"""CUDA graphs for decode batches: captured once per bucketed batch size over static buffers.
+
+Buckets follow nano-vllm: 1, 2, 4, 8, then every 16 up to the max batch; captured largest first
+into one shared memory pool. A live batch of n decodes is copied into the first n rows of the
+static buffers of the smallest bucket >= n; padded rows write their keys and values into the null
+block and attend only to it. The context is gathered at a fixed width (the max length), so every
+captured shape is static; per step only ids, positions, slots, block tables and lengths change, in
+one host-to-device copy.
+
+With `capture=False` the same static-buffer step runs eagerly (on any device): the tests use it to
+check the padding and masking of graph batches on CPU against transformers. With `compile=True` the
+step is first compiled with `torch.compile` (dynamic batch size; Inductor fuses the norms, rotary
+embeddings and activations, so each replay launches far fewer kernels); if compilation fails, the
+uncompiled step is captured instead.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from stages.ar.attention import AttentionBatch
+from stages.ar.model_adapter import ModelInputs, ModelOutputs
+
+logger = logging.getLogger(__name__)
+
+
+def bucket_sizes(max_batch: int, smallest: int = 1) -> list[int]:
+    sizes = [size for size in (1, 2, 4, 8) if smallest <= size < max_batch] + list(range(16, max_batch, 16))
+    return sorted(set(sizes + [max_batch]))
+
+
+class DecodeGraphs:
+    def __init__(
+        self,
+        adapter,
+        kv_cache,
+        block_size: int,
+        max_batch: int,
+        max_context: int,
+        capture: bool = True,
+        compile: bool = False,
+    ):
+        self.adapter = adapter
+        self.capture = capture
+        self._step = torch.compile(self._decode_step, dynamic=True) if compile else self._decode_step
+        self.kv_cache = kv_cache
+        self.block_size = block_size
+        # torch.compile specialises a batch of 1, which would cost a second compilation: pad it to 2.
+        self.sizes = bucket_sizes(max_batch, smallest=2 if compile and max_batch > 1 else 1)
+        device = kv_cache.keys[0].device
+        max_blocks = -(-max_context // block_size)
+        # One buffer, one host-to-device copy per step: columns ids, positions, slots, context lengths, blocks.
+        self.inputs = torch.zeros((max_batch, 4 + max_blocks), dtype=torch.long, device=device)
+        self.inputs[:, 3] = 1
+        self.context_positions = torch.arange(max_blocks * block_size, dtype=torch.long, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, ModelOutputs] = {}
+        if capture:
+            self._capture()
+
+    def fits(self, batch_size: int) -> bool:
+        return batch_size <= self.sizes[-1]
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        pool = None
+        for size in reversed(self.sizes):
+            self._warm_up(size)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.outputs[size] = self._forward(size)
+            pool = graph.pool() if pool is None else pool
+            self.graphs[size] = graph
+        torch.cuda.synchronize()
+
+    def _warm_up(self, size: int) -> None:
+        """Run once outside the graph (lazy inits, autotuning, compilation); fall back to eager on failure."""
+        try:
+            self._forward(size)
+        except Exception:
+            if self._step == self._decode_step:
+                raise
+            logger.exception("compiling the decode step failed; capturing it uncompiled")
+            self._step = self._decode_step
+            self._forward(size)
+
+    def _forward(self, size: int) -> ModelOutputs:
+        rows = self.inputs[:size]
+        logits, hidden = self._step(
+            rows[:, 0].unsqueeze(0), rows[:, 1].unsqueeze(0), rows[:, 2], rows[:, 4:], rows[:, 3]
+        )
+        return ModelOutputs(logits=logits, hidden_states=hidden)
+
+    def _decode_step(self, input_ids, positions, slot_mapping, block_tables, context_lens):
+        mask = (self.context_positions.unsqueeze(0) < context_lens.unsqueeze(1)).unsqueeze(1).unsqueeze(1)
+        attention = AttentionBatch(
+            kv_cache=self.kv_cache,
+            slot_mapping=slot_mapping,
+            num_decodes=input_ids.shape[1],
+            decode_block_tables=block_tables,
+            decode_mask=mask,
+        )
+        inputs = ModelInputs(
+            input_ids=input_ids,
+            inputs_embeds=None,
+            position_ids=positions,
+            logits_indices=None,
+            output_hidden_states=True,
+            attention=attention,
+            sequences=[],
+        )
+        outputs = self.adapter.forward(inputs)
+        return outputs.logits, outputs.hidden_states
+
+    @torch.inference_mode()
+    def run(
+        self, token_ids: list[int], positions: list[int], slots: list[int], tables: torch.Tensor, lengths: list[int]
+    ) -> ModelOutputs:
+        count = len(token_ids)
+        size = next(s for s in self.sizes if s >= count)
+        staged = torch.zeros((size, self.inputs.shape[1]), dtype=torch.long)
+        staged[:, 3] = 1  # padded rows attend to the null block's first slot
+        staged[:count, :4] = torch.tensor([token_ids, positions, slots, lengths], dtype=torch.long).T
+        staged[:count, 4 : 4 + tables.shape[1]] = tables
+        self.inputs[:size].copy_(staged, non_blocking=True)
+        if self.capture:
+            self.graphs[size].replay()
+            out = self.outputs[size]
+        else:
+            out = self._forward(size)
+        hidden = tuple(h[:count] for h in out.hidden_states) if out.hidden_states is not None else None
+        return ModelOutputs(logits=out.logits[:count], hidden_states=hidden)

@@ -1,0 +1,169 @@
+"""Turns a scheduled batch into tensors, runs the model adapter, and returns logits and hidden states.
+
+All scheduled tokens are packed into one row: the single-token work first (the batched decode
+group of the paged attention), then each prompt chunk. Only the rows that sample (the last row of
+a sequence whose known tokens are then all computed and whose input is complete) get logits. On
+CUDA, decode-only batches replay a captured graph (see `cuda_graphs.DecodeGraphs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from stages.ar.attention import AttentionBatch, PrefillChunk
+from stages.ar.block_manager import NULL_BLOCK, BlockManager
+from stages.ar.kv_cache import PagedKVCache
+from stages.ar.model_adapter import ModelInputs, ModelOutputs
+from stages.ar.scheduler import ScheduledBatch
+from stages.ar.sequence import Sequence
+
+
+@dataclass
+class StepResult:
+    logits: torch.Tensor | None
+    """[len(sampling), vocab]"""
+    sampling: list[Sequence]
+    hidden: dict[int, tuple[int, torch.Tensor]] = field(default_factory=dict)
+    """id(sequence) -> (first position, [num_layers, n, hidden] on CPU) for requests that asked."""
+
+
+@dataclass
+class _Packed:
+    token_ids: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    owners: list[tuple[Sequence, int, int]] = field(default_factory=list)
+    logits_rows: list[int] = field(default_factory=list)
+    sampling: list[Sequence] = field(default_factory=list)
+
+
+class ModelRunner:
+    def __init__(self, adapter, kv_cache: PagedKVCache, block_manager: BlockManager, device: torch.device):
+        self.adapter = adapter
+        self.kv_cache = kv_cache
+        self.block_manager = block_manager
+        self.device = device
+        self.graphs = None
+
+    def enable_cuda_graphs(self, max_batch: int, max_context: int, capture: bool = True, compile: bool = False) -> None:
+        from stages.ar.cuda_graphs import DecodeGraphs
+
+        block_size = self.block_manager.block_size
+        self.graphs = DecodeGraphs(self.adapter, self.kv_cache, block_size, max_batch, max_context, capture, compile)
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> StepResult:
+        packed = self._pack(batch)
+        wants_hidden = any(seq.hidden_layers for seq, _, _ in packed.owners)
+        needs_embeds = self.adapter.always_embed or any(
+            seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
+        )
+        decode_only = batch.num_decodes == len(batch.work)
+        if self.graphs is not None and decode_only and not needs_embeds and self.graphs.fits(len(batch.work)):
+            outputs = self._run_graph(packed)
+        else:
+            outputs = self._run_eager(packed, batch.num_decodes, wants_hidden, needs_embeds)
+        result = StepResult(logits=outputs.logits if packed.sampling else None, sampling=packed.sampling)
+        if wants_hidden:
+            result.hidden = self._hidden_rows(packed, outputs.hidden_states)
+        return result
+
+    def _pack(self, batch: ScheduledBatch) -> _Packed:
+        packed = _Packed()
+        block_size = self.block_manager.block_size
+        for seq, count in batch.work:
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + count
+            row = len(packed.token_ids)
+            if count == 1:  # the decode fast path
+                packed.token_ids.append(seq.token_ids[start])
+                packed.positions.append(start)
+                packed.slots.append(seq.block_table[start // block_size] * block_size + start % block_size)
+            else:
+                packed.token_ids.extend(seq.token_ids[start:end])
+                packed.positions.extend(range(start, end))
+                packed.slots.extend(self.block_manager.slots(seq, start, end))
+            packed.owners.append((seq, start, count))
+            if end == seq.num_tokens and seq.input_finished:
+                packed.logits_rows.append(row + count - 1)
+                packed.sampling.append(seq)
+        return packed
+
+    def _run_eager(self, packed: _Packed, num_decodes: int, wants_hidden: bool, needs_embeds: bool) -> ModelOutputs:
+        device = self.device
+        attention = AttentionBatch(
+            kv_cache=self.kv_cache,
+            slot_mapping=torch.tensor(packed.slots, dtype=torch.long).to(device),
+            num_decodes=num_decodes,
+        )
+        if num_decodes:
+            attention.decode_block_tables, attention.decode_mask = self._decode_layout(packed.owners[:num_decodes])
+        row = num_decodes
+        for seq, start, count in packed.owners[num_decodes:]:
+            attention.prefills.append(self._prefill_chunk(seq, start, count, row))
+            row += count
+        input_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=device).unsqueeze(0)
+        inputs = ModelInputs(
+            input_ids=input_ids,
+            inputs_embeds=None,
+            position_ids=torch.tensor(packed.positions, dtype=torch.long, device=device).unsqueeze(0),
+            logits_indices=torch.tensor(packed.logits_rows, dtype=torch.long, device=device),
+            output_hidden_states=wants_hidden,
+            attention=attention,
+            sequences=packed.owners,
+        )
+        if needs_embeds:
+            inputs.inputs_embeds = self._embeddings(input_ids[0], inputs).unsqueeze(0)
+            inputs.input_ids = None
+        return self.adapter.forward(inputs)
+
+    def _run_graph(self, packed: _Packed) -> ModelOutputs:
+        tables, lengths = self._block_tables(packed.owners)
+        outputs = self.graphs.run(packed.token_ids, packed.positions, packed.slots, tables, lengths)
+        if len(packed.logits_rows) != len(packed.owners):
+            outputs.logits = outputs.logits[packed.logits_rows]
+        return outputs
+
+    def _block_tables(self, owners) -> tuple[torch.Tensor, list[int]]:
+        lengths = [start + count for _, start, count in owners]
+        width = max(len(seq.block_table) for seq, _, _ in owners)
+        rows = [seq.block_table + [NULL_BLOCK] * (width - len(seq.block_table)) for seq, _, _ in owners]
+        return torch.tensor(rows, dtype=torch.long), lengths
+
+    def _decode_layout(self, owners) -> tuple[torch.Tensor, torch.Tensor]:
+        tables, lengths = self._block_tables(owners)
+        width = tables.shape[1] * self.block_manager.block_size
+        mask = torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        return tables.to(self.device), mask.view(len(owners), 1, 1, -1).to(self.device)
+
+    def _prefill_chunk(self, seq: Sequence, start: int, count: int, row: int) -> PrefillChunk:
+        end = start + count
+        num_blocks = -(-end // self.block_manager.block_size)
+        table = torch.tensor(seq.block_table[:num_blocks], dtype=torch.long).to(self.device)
+        mask = None
+        if start:
+            query_positions = torch.arange(start, end, device=self.device).unsqueeze(1)
+            mask = torch.arange(end, device=self.device).unsqueeze(0) <= query_positions
+        return PrefillChunk(query_start=row, query_len=count, context_len=end, block_table=table, mask=mask)
+
+    def _embeddings(self, token_ids: torch.Tensor, inputs: ModelInputs) -> torch.Tensor:
+        embeds = self.adapter.embed(token_ids, inputs)
+        row = 0
+        for seq, start, count in inputs.sequences:
+            for offset, rows in seq.embeds_rows(start, start + count):
+                embeds[row + offset : row + offset + rows.shape[0]] = rows.to(embeds.device, embeds.dtype)
+            row += count
+        return embeds
+
+    def _hidden_rows(self, packed: _Packed, hidden_states) -> dict[int, tuple[int, torch.Tensor]]:
+        rows_by_seq = {}
+        row = 0
+        for seq, start, count in packed.owners:
+            first = max(start, seq.num_hidden_emitted)
+            if seq.hidden_layers and first < start + count:
+                lo, hi = row + first - start, row + count
+                layers = torch.stack([hidden_states[layer][lo:hi] for layer in seq.hidden_layers])
+                rows_by_seq[id(seq)] = (first, layers.to("cpu"))
+            row += count
+        return rows_by_seq

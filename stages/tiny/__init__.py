@@ -1,0 +1,73 @@
+"""Seeded tiny checkpoints of real architectures, built locally (no model hub).
+
+`build(name, out_dir)` runs the builder registered under `name`; `build_all(root)` builds every
+registered checkpoint under `root/<name>` and skips those already complete (a `.complete` marker is
+written last). The registry maps names to "module:function" strings so importing it imports no torch.
+Each area adds its builders here, one line each.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+BUILDERS: dict[str, str] = {
+    "qwen2": "stages.tiny.llm:build_qwen2",
+    "qwen3": "stages.tiny.llm:build_qwen3",
+    "llama": "stages.tiny.llm:build_llama",
+    "qwen2_5_omni": "stages.tiny.qwen_omni:build_qwen2_5_omni",
+    "qwen3_omni": "stages.tiny.qwen_omni:build_qwen3_omni",
+    "sd3": "stages.tiny.diffusion:build_sd3",
+    "pixart": "stages.tiny.diffusion:build_pixart",
+    "wan": "stages.tiny.diffusion:build_wan",
+    "ar_to_dit": "stages.tiny.diffusion:build_ar_to_dit",
+}
+
+COMPLETE_MARKER = ".complete"
+
+
+def builder(name: str) -> Callable[[Path], Path]:
+    if name not in BUILDERS:
+        raise KeyError(f"no tiny builder named {name!r} (known: {sorted(BUILDERS)})")
+    module_name, _, function_name = BUILDERS[name].partition(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def is_built(out_dir: str | Path) -> bool:
+    return (Path(out_dir) / COMPLETE_MARKER).exists()
+
+
+def build(name: str, out_dir: str | Path) -> Path:
+    """Build checkpoint `name` into `out_dir` (rebuilt from scratch) and mark it complete."""
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    builder(name)(out)
+    (out / COMPLETE_MARKER).write_text(name + "\n")
+    return out
+
+
+def build_all(
+    root: str | Path,
+    only: Iterable[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """Build the registered checkpoints (or `only` those) under `root/<name>`, skipping complete ones."""
+    names = list(only) if only else list(BUILDERS)
+    built = {}
+    for name in names:
+        out = Path(root) / name
+        if is_built(out):
+            if progress:
+                progress(f"{name}: already built at {out}")
+        else:
+            if progress:
+                progress(f"{name}: building at {out} ...")
+            build(name, out)
+            if progress:
+                progress(f"{name}: done")
+        built[name] = out
+    return built
