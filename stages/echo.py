@@ -1,0 +1,215 @@
+"""A trivial stage that echoes its input text back, one word piece per step.
+
+It has no model, so it isolates what the orchestration costs: the in-process driver,
+the Redis-stream platform path, forwarding between stages. Options (from the stage's
+deploy config `options`): `delay_s` sleeps that long per step, `tokens_per_step` word
+pieces per step. A stage named "voice" answers with audio (a short tone per piece).
+
+Per-request test hooks in `StageRequest.params`: `echo_fail` makes the request fail in
+its first step with a server error; `echo_hang` keeps it from ever producing output;
+`echo_crash` makes `step()` itself raise (an engine bug), so drivers can show they survive.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stages.config import EdgeConfig, PipelineConfig, StageConfig, StageDeployConfig
+from stages.engine import StageEngine
+from stages.errors import InvalidRequest
+from stages.models import DEFAULT_VARIANT, ModelFamily
+from stages.protocol import StageError, StageOutput, StageRequest, Tensor
+
+_PIECE = re.compile(r"\s*\S+|\s+")
+SAMPLE_RATE = 16000
+SAMPLES_PER_PIECE = 160
+
+
+@dataclass
+class _EchoRequest:
+    request_id: str
+    stage_id: int
+    max_tokens: int | None
+    pieces: deque[tuple[str, int]] = field(default_factory=deque)
+    input_finished: bool = True
+    emitted: int = 0
+    seq: int = 0
+    fail: bool = False
+    hang: bool = False
+    crash: bool = False
+
+
+def split_pieces(request: StageRequest) -> list[tuple[str, int]]:
+    """The request's input as (text piece, token id) pairs."""
+    text = _input_text(request)
+    if text:
+        return [(piece, zlib.crc32(piece.encode()) % 50000) for piece in _PIECE.findall(text)]
+    return [("", token_id) for token_id in request.prompt_token_ids or []]
+
+
+def _input_text(request: StageRequest) -> str:
+    if request.prompt:
+        return request.prompt
+    if request.messages:
+        content = request.messages[-1].get("content", "")
+        if isinstance(content, list):
+            return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return str(content)
+    return ""
+
+
+class EchoEngine(StageEngine):
+    def __init__(self, delay_s: float = 0.0, tokens_per_step: int = 1, modality: str = "text"):
+        self.delay_s = delay_s
+        self.tokens_per_step = tokens_per_step
+        self.modality = modality
+        self.requests: dict[str, _EchoRequest] = {}
+
+    def add_request(self, request: StageRequest) -> None:
+        if request.request_id in self.requests:
+            raise InvalidRequest("request_id", f"request {request.request_id!r} is already running")
+        if request.sampling is not None:
+            request.sampling.validate()
+        if request.prompt is None and not request.messages and request.prompt_token_ids is None and request.finished:
+            raise InvalidRequest("prompt", "the echo stage needs a prompt, messages or prompt_token_ids")
+        state = _EchoRequest(
+            request_id=request.request_id,
+            stage_id=request.stage_id,
+            max_tokens=request.sampling.max_tokens if request.sampling else None,
+            input_finished=request.finished,
+            fail=bool(request.params.get("echo_fail")),
+            hang=bool(request.params.get("echo_hang")),
+            crash=bool(request.params.get("echo_crash")),
+        )
+        state.pieces.extend(split_pieces(request))
+        self.requests[request.request_id] = state
+
+    def add_chunk(self, request: StageRequest) -> None:
+        state = self.requests.get(request.request_id)
+        if state is None:
+            return  # aborted or finished already
+        state.pieces.extend(split_pieces(request))
+        state.input_finished = request.finished
+
+    def step(self) -> list[StageOutput]:
+        if self.delay_s and self.requests:
+            time.sleep(self.delay_s)
+        crashing = [state.request_id for state in self.requests.values() if state.crash]
+        if crashing:
+            raise RuntimeError(f"echo_crash was set on {crashing}")
+        outputs = []
+        for state in list(self.requests.values()):
+            output = self._advance(state)
+            if output is not None:
+                outputs.append(output)
+                if output.finished:
+                    del self.requests[state.request_id]
+        return outputs
+
+    def _advance(self, state: _EchoRequest) -> StageOutput | None:
+        if state.hang:
+            return None
+        if state.fail:
+            error = StageError(message="echo_fail was set: this request fails on purpose", code="echo_fail")
+            return self._output(state, [], finished=True, reason="error", error=error)
+        taken = []
+        while state.pieces and len(taken) < self.tokens_per_step and not self._at_limit(state, taken):
+            taken.append(state.pieces.popleft())
+        if self._at_limit(state, taken):
+            return self._output(state, taken, finished=True, reason="length")
+        if not state.pieces and state.input_finished:
+            return self._output(state, taken, finished=True, reason="stop")
+        if not taken:
+            return None  # waiting for more input chunks
+        return self._output(state, taken, finished=False, reason=None)
+
+    def _at_limit(self, state: _EchoRequest, taken: list) -> bool:
+        return state.max_tokens is not None and state.emitted + len(taken) >= state.max_tokens
+
+    def _output(self, state, taken, *, finished, reason, error=None) -> StageOutput:
+        state.emitted += len(taken)
+        output = StageOutput(
+            request_id=state.request_id,
+            stage_id=state.stage_id,
+            seq=state.seq,
+            finished=finished,
+            finish_reason=reason,
+            modality=self.modality,
+            text="".join(piece for piece, _ in taken) if self.modality == "text" else "",
+            token_ids=[token_id for _, token_id in taken],
+            error=error,
+        )
+        if self.modality == "audio" and taken:
+            output.payloads = {"audio": _tone(len(taken))}
+            output.params = {"sample_rate": SAMPLE_RATE}
+        state.seq += 1
+        return output
+
+    def abort(self, request_id: str) -> None:
+        self.requests.pop(request_id, None)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+
+def _tone(pieces: int) -> Tensor:
+    import numpy as np
+
+    n = pieces * SAMPLES_PER_PIECE
+    wave = 0.1 * np.sin(2 * math.pi * 440.0 * np.arange(n, dtype=np.float32) / SAMPLE_RATE)
+    return Tensor(dtype="float32", shape=[n], data=wave.astype("<f4").tobytes())
+
+
+def _pipeline(name: str, description: str, stages: list[StageConfig], edges: list[EdgeConfig]) -> PipelineConfig:
+    return PipelineConfig(family="echo", name=name, description=description, stages=stages, edges=edges)
+
+
+_ECHO = StageConfig(id=0, name="echo", kind="ar", output="text", default_backend="echo")
+_INNER = StageConfig(id=0, name="echo", kind="ar", output=None, default_backend="echo")
+_ECHO2 = StageConfig(id=1, name="echo2", kind="ar", output="text", default_backend="echo")
+_VOICE = StageConfig(id=1, name="voice", kind="generation", output="audio", default_backend="echo")
+
+
+class EchoFamily(ModelFamily):
+    name = "echo"
+    model_types = ("echo",)
+    pipelines = {
+        DEFAULT_VARIANT: _pipeline("echo", "One echo stage.", [_ECHO], []),
+        "chain": _pipeline(
+            "echo-chain",
+            "Two echo stages; the first streams its pieces to the second, which the client sees.",
+            [_INNER, _ECHO2],
+            [EdgeConfig(source=0, target=1, carries="text", streaming=True)],
+        ),
+        "chain-batch": _pipeline(
+            "echo-chain-batch",
+            "Two echo stages; the second starts once the first finished.",
+            [_INNER, _ECHO2],
+            [EdgeConfig(source=0, target=1, carries="text", streaming=False)],
+        ),
+        "voice": _pipeline(
+            "echo-voice",
+            "Text echo streaming into a 'voice' stage that answers each piece with a tone: text and audio out.",
+            [_ECHO, _VOICE],
+            [EdgeConfig(source=0, target=1, carries="text", streaming=True)],
+        ),
+    }
+
+    def build_engine(
+        self, stage_name: str, model_dir: str | Path | None, stage_deploy: StageDeployConfig
+    ) -> EchoEngine:
+        options = stage_deploy.options
+        return EchoEngine(
+            delay_s=float(options.get("delay_s", 0.0)),
+            tokens_per_step=int(options.get("tokens_per_step", 1)),
+            modality="audio" if stage_name == "voice" else "text",
+        )
+
+
+family = EchoFamily()

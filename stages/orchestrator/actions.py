@@ -1,0 +1,61 @@
+"""What the orchestrator core asks its driver to do."""
+
+from __future__ import annotations
+
+import msgspec
+
+from stages.protocol import StageError, StageOutput, StageRequest
+
+
+class RequestSummary(msgspec.Struct, kw_only=True):
+    """How a request went: finish reason, timings (seconds) and token counts."""
+
+    finish_reason: str | None = None
+    metrics: dict[str, float] = {}
+    """ttft_s, tpot_s, ttfp_s, e2el_s, audio_s, rtf, and per stage `stage.<name>.duration_s` / `.first_output_s`."""
+    usage: dict[str, int] = {}
+    """prompt_tokens (when known), completion_tokens, and `stage.<name>.output_tokens`."""
+    attempts: int = 1
+
+
+class Action(msgspec.Struct, kw_only=True, tag=True):
+    pass
+
+
+class SendToReplica(Action, kw_only=True):
+    """Deliver a stage request to a replica: `request.seq == 0` starts it (`add_request`),
+    a later seq is an input chunk (`add_chunk`). Deliveries to one replica keep their order."""
+
+    replica_id: str
+    request: StageRequest
+
+
+class SendAbort(Action, kw_only=True):
+    """Tell a replica to drop a request (`engine.abort`). `request_id` is the id on the wire."""
+
+    replica_id: str
+    request_id: str
+
+
+class Emit(Action, kw_only=True):
+    """A client-visible output, in order per stage, with the client's request id."""
+
+    request_id: str
+    output: StageOutput
+
+
+class Complete(Action, kw_only=True):
+    request_id: str
+    summary: RequestSummary
+
+
+class Fail(Action, kw_only=True):
+    """The request ended without completing: bad input, engine error, timeout, cancellation
+    (`error.type == "cancelled"`), or admission (`error.code == "queue_full"`)."""
+
+    request_id: str
+    error: StageError
+    summary: RequestSummary
+
+
+AnyAction = SendToReplica | SendAbort | Emit | Complete | Fail

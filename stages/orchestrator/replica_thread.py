@@ -1,0 +1,108 @@
+"""One engine stepped on its own thread, fed through an inbox (the in-process replica host).
+
+It takes `SendToReplica` / `SendAbort` actions, turns a failure in one request's input
+into an error output for that request, and a failing `step()` into error outputs for the
+requests the engine holds; the thread keeps serving either way.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from stages.engine import StageEngine
+from stages.errors import StageFailure
+from stages.orchestrator.actions import SendAbort, SendToReplica
+from stages.protocol import StageError, StageOutput
+
+_STOP = object()
+
+
+class ReplicaThread:
+    """One engine and the thread that steps it."""
+
+    def __init__(self, replica_id: str, engine: StageEngine, deliver: Callable[[str, list[StageOutput]], None]):
+        self.replica_id = replica_id
+        self.engine = engine
+        self.deliver = deliver
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.active: dict[str, int] = {}
+        """request id -> stage id of the requests this engine holds, to fail them if `step()` raises."""
+        self.thread = threading.Thread(target=self._run, name=f"replica-{replica_id}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.inbox.put(_STOP)
+        self.thread.join(timeout=30)
+        self.engine.shutdown()
+
+    def _run(self) -> None:
+        while True:
+            if not self._take_messages(block=not self.engine.has_unfinished()):
+                return
+            if not self.engine.has_unfinished():
+                continue
+            outputs = self._step()
+            if outputs:
+                self.deliver(self.replica_id, outputs)
+            elif not self._take_messages(block=True, timeout=0.002):
+                return  # requests wait for input chunks: block briefly instead of spinning
+
+    def _take_messages(self, *, block: bool, timeout: float | None = None) -> bool:
+        """Apply inbox messages; False once told to stop."""
+        try:
+            message = self.inbox.get(block=block, timeout=timeout)
+        except queue.Empty:
+            return True
+        while True:
+            if message is _STOP:
+                return False
+            self._apply(message)
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _apply(self, message: SendToReplica | SendAbort) -> None:
+        if isinstance(message, SendAbort):
+            self.engine.abort(message.request_id)
+            self.active.pop(message.request_id, None)
+            return
+        request = message.request
+        try:
+            if request.seq == 0:
+                self.engine.add_request(request)
+                self.active[request.request_id] = request.stage_id
+            else:
+                self.engine.add_chunk(request)
+        except StageFailure as failure:
+            error = StageError(message=failure.message, type=failure.error_type, param=failure.param)
+            self._fail(request.request_id, request.stage_id, error)
+        except Exception as exception:  # an engine bug in one request must not stop the replica
+            self._fail(
+                request.request_id, request.stage_id, StageError(message=f"{type(exception).__name__}: {exception}")
+            )
+
+    def _step(self) -> list[StageOutput]:
+        try:
+            outputs = self.engine.step()
+        except Exception as exception:
+            error = StageError(message=f"the engine failed a step: {type(exception).__name__}: {exception}")
+            for request_id, stage_id in list(self.active.items()):
+                self.engine.abort(request_id)
+                self._fail(request_id, stage_id, error)
+            return []
+        for output in outputs:
+            if output.finished:
+                self.active.pop(output.request_id, None)
+        return outputs
+
+    def _fail(self, request_id: str, stage_id: int, error: StageError) -> None:
+        self.active.pop(request_id, None)
+        failed = StageOutput(
+            request_id=request_id, stage_id=stage_id, seq=0, finished=True, finish_reason="error", error=error
+        )
+        self.deliver(self.replica_id, [failed])

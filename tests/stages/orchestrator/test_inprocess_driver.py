@@ -1,0 +1,85 @@
+"""The in-process driver: engines on threads, the core on the loop, faults contained."""
+
+from __future__ import annotations
+
+import asyncio
+
+from stages.config import load_deploy_config
+from stages.echo import family as echo_family
+from stages.orchestrator.actions import Complete, Emit, Fail
+from stages.orchestrator.inprocess import InProcessDriver
+from stages.protocol import StageRequest
+
+
+def driver_for(variant="default", **deploy) -> InProcessDriver:
+    return InProcessDriver.for_family(
+        echo_family, None, echo_family.pipeline_named(variant), load_deploy_config(deploy)
+    )
+
+
+async def run(driver: InProcessDriver, request_id: str, prompt: str, **params):
+    events = []
+    async for event in driver.generate(StageRequest(request_id=request_id, prompt=prompt, params=params)):
+        events.append(event)
+    return events
+
+
+async def test_a_crashing_step_fails_the_replicas_requests_and_the_replica_keeps_serving():
+    driver = driver_for(stages={"echo": {"options": {"delay_s": 0.01}}})
+    await driver.start()
+    try:
+        crashed, bystander = await asyncio.gather(
+            run(driver, "crash", "x y", echo_crash=True), run(driver, "other", "a b c d e f g h")
+        )
+        assert isinstance(crashed[-1], Fail) and "echo_crash" in crashed[-1].error.message
+        assert isinstance(bystander[-1], Fail | Complete)  # it shared the crashed step, or had finished
+        after = await run(driver, "after", "still serving")
+        assert isinstance(after[-1], Complete)
+        assert "".join(e.output.text for e in after if isinstance(e, Emit)) == "still serving"
+    finally:
+        await driver.close()
+
+
+async def test_cancel_reaches_every_stage_of_a_chain():
+    driver = driver_for(
+        "chain", stages={"echo": {"options": {"delay_s": 0.01}}, "echo2": {"options": {"delay_s": 0.01}}}
+    )
+    await driver.start()
+    try:
+        stream = driver.generate(StageRequest(request_id="long", prompt=" ".join(["w"] * 500)))
+        first = await stream.__anext__()
+        assert isinstance(first, Emit)
+        driver.cancel("long")
+        rest = [event async for event in stream]
+        assert isinstance(rest[-1], Fail) and rest[-1].error.type == "cancelled"
+        for _ in range(200):
+            if not any(replica.engine.has_unfinished() for replica in driver.replicas.values()):
+                break
+            await asyncio.sleep(0.01)
+        assert not any(replica.engine.has_unfinished() for replica in driver.replicas.values())
+    finally:
+        await driver.close()
+
+
+async def test_many_concurrent_requests_all_complete_in_order():
+    driver = driver_for("chain", stages={"echo": {"replicas": 2}, "echo2": {"replicas": 2}}, max_queue=200)
+    await driver.start()
+    try:
+        prompts = {f"r{i}": " ".join(f"t{i}_{j}" for j in range(i % 7 + 1)) for i in range(100)}
+        results = await asyncio.gather(*(run(driver, rid, text) for rid, text in prompts.items()))
+        for (rid, text), events in zip(prompts.items(), results, strict=True):
+            assert isinstance(events[-1], Complete), rid
+            assert "".join(e.output.text for e in events if isinstance(e, Emit)) == text
+        assert driver.core.requests == {}
+    finally:
+        await driver.close()
+
+
+async def test_closing_the_driver_ends_requests_in_flight():
+    driver = driver_for(stages={"echo": {"options": {"delay_s": 0.01}}})
+    await driver.start()
+    running = asyncio.ensure_future(run(driver, "busy", " ".join(["w"] * 1000)))
+    await asyncio.sleep(0.05)
+    await driver.close()
+    events = await asyncio.wait_for(running, timeout=10)
+    assert isinstance(events[-1], Fail) and "shut down" in events[-1].error.message
