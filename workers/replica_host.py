@@ -42,6 +42,7 @@ import msgspec
 import redis
 
 from stages import streams
+from stages.connectors import Connectors
 from stages.engine import StageEngine
 from stages.errors import StageFailure
 from stages.protocol import Abort, Drain, ReplicaSpec, StageError, StageOutput, StageRequest, encode
@@ -104,6 +105,8 @@ class ReplicaHost:
         self.draining_since: float | None = None
         self._outbox: list[StageOutput] = []
         self._unacked: list[InputEntry] = []
+        # large tensors leave through Redis keys with a TTL (outputs may cross hosts)
+        self.connectors = Connectors(redis_client=client, redis_consume=False)
         self._idle_steps = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -212,6 +215,7 @@ class ReplicaHost:
             log.info("replica %s: ignoring a redelivered input %s#%d", self.spec.replica_id, request_id, request.seq)
             return
         try:
+            request = self.connectors.load_request(request)
             if request.seq == 0:
                 self._start_request(request)
             elif request_id in self.running:
@@ -299,6 +303,7 @@ class ReplicaHost:
         if self._outbox:
             pipe = self.client.pipeline(transaction=False)
             for output in self._outbox:
+                output = self.connectors.offload_output(output, same_host=False)
                 pipe.xadd(self.output_stream, {"replica": self.spec.replica_id, "data": encode(output)})
             pipe.execute()
             self._outbox = []

@@ -35,6 +35,8 @@ class Connectors:
 
     redis_client: Any = None
     redis_ttl_s: float = 300.0
+    redis_consume: bool = True
+    """Delete a Redis payload on first read; False keeps it until its TTL (at-least-once readers)."""
     inline_max_bytes: int = INLINE_MAX_BYTES
     transfers: list[Transfer] = field(default_factory=list)
     max_records: int = 10_000
@@ -42,7 +44,7 @@ class Connectors:
     def __post_init__(self) -> None:
         self._by_name: dict[str, Connector] = {"inline": InlineConnector(), "shm": SharedMemoryConnector()}
         if self.redis_client is not None:
-            self._by_name["redis"] = RedisConnector(self.redis_client, ttl_s=self.redis_ttl_s)
+            self._by_name["redis"] = RedisConnector(self.redis_client, ttl_s=self.redis_ttl_s, consume=self.redis_consume)
 
     def put(self, payload: Any, *, same_host: bool = True, preference: str = "auto") -> Payload:
         tensor = payload if isinstance(payload, Tensor) else to_wire(payload)
