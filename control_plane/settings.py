@@ -210,3 +210,15 @@ try:
     ACCOUNTS_QUOTA_RULES_TTL_S = env_float("OMNISTAGE_QUOTA_RULES_TTL_S", 5.0, minimum=0)
 except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
+
+try:
+    MAX_REQUEST_BYTES = env_int("OMNISTAGE_MAX_REQUEST_BYTES", 20 * 1024 * 1024, minimum=1024)
+    MAX_MEDIA_BYTES = env_int("OMNISTAGE_MAX_MEDIA_BYTES", 10 * 1024 * 1024, minimum=1024)
+    FETCH_MEDIA_URLS = env_bool("OMNISTAGE_FETCH_MEDIA_URLS", False)
+    MEDIA_URL_HOSTS = env_list("OMNISTAGE_MEDIA_URL_HOSTS", [])
+    SERVING_IDLE_TIMEOUT_S = env_float("OMNISTAGE_SERVING_IDLE_TIMEOUT_S", 120.0, minimum=1.0)
+    ARTIFACT_URL_TTL_S = env_int("OMNISTAGE_ARTIFACT_URL_TTL_S", 3600, minimum=1)
+    HISTORY_RETENTION_DAYS = env_float("OMNISTAGE_HISTORY_RETENTION_DAYS", 30.0, minimum=0.0)  # 0 keeps everything
+    HISTORY_CLEANUP_INTERVAL_S = env_float("OMNISTAGE_HISTORY_CLEANUP_INTERVAL_S", 3600.0, minimum=60.0)
+except EnvError as error:
+    sys.exit(f"omnistage: configuration error: {error}")

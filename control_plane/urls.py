@@ -12,5 +12,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/", include("control_plane.api_urls")),
     path("v1/", include("control_plane.openai_compat.urls")),
+    path("", include("control_plane.inference.metrics_urls")),
     path("", include("console.urls")),
 ]

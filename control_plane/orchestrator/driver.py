@@ -380,7 +380,7 @@ class RedisOrchestrator:
         close_old_connections()
         result = reconcile()
         in_flight = set(self.warmups.values())
-        for deployment in result.warmups:
+        for deployment in Deployment.objects.select_related("pipeline").filter(pk__in=[d.pk for d in result.warmups]):
             deployment_id = str(deployment.id)
             if deployment_id in in_flight:
                 continue
@@ -388,4 +388,4 @@ class RedisOrchestrator:
             self.sync_replicas()
             request_id = f"warmup-{deployment.name}-{uuid.uuid4().hex[:8]}"
             self.warmups[request_id] = deployment_id
-            self.handle(wire.warmup_submit(deployment_id, request_id), request_id)
+            self.handle(wire.warmup_submit(deployment_id, request_id, deployment.pipeline.config), request_id)

@@ -10,6 +10,7 @@ from stages.orchestrator import Cancel, Complete, Emit, Fail, InputChunk, Reques
 from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
 
 ClientEvent = Submit | Cancel | InputChunk
+WARMUP_STAGE_TOKENS = 16
 _event_encoder = msgspec.msgpack.Encoder()
 _event_decoder = msgspec.msgpack.Decoder(ClientEvent)
 _output_decoder = msgspec.msgpack.Decoder(StageOutput)
@@ -62,7 +63,12 @@ def decode_client_message(fields: dict[bytes, bytes]) -> ClientMessage:
     return message
 
 
-def warmup_submit(deployment_id: str, request_id: str) -> Submit:
+def warmup_submit(deployment_id: str, request_id: str, pipeline: dict | None = None) -> Submit:
+    """A short request through every stage: each AR stage makes a few greedy tokens."""
+    later_stages = [stage for stage in (pipeline or {}).get("stages", []) if stage.get("kind") == "ar"][1:]
+    sampling = {
+        stage["name"]: SamplingParams(max_tokens=WARMUP_STAGE_TOKENS, temperature=0.0) for stage in later_stages
+    }
     request = StageRequest(
         request_id=request_id,
         prompt="Hello",
@@ -71,4 +77,4 @@ def warmup_submit(deployment_id: str, request_id: str) -> Submit:
         params={"warmup": True, "num_inference_steps": 2, "height": 64, "width": 64},
         arrival_time=time.time(),
     )
-    return Submit(deployment_id=deployment_id, request=request, at=time.time())
+    return Submit(deployment_id=deployment_id, request=request, sampling=sampling, at=time.time())

@@ -1,0 +1,131 @@
+"""Prometheus metrics of the serving path, kept in Redis so every web process and node adds
+to the same counters (multi-process safe without PROMETHEUS_MULTIPROC_DIR), rendered with
+prometheus_client's exposition format at GET /metrics.
+
+- omnistage_requests_total{deployment, route, status}               counter
+- omnistage_request_duration_seconds{deployment, route, status}     histogram (E2EL)
+- omnistage_time_to_first_token_seconds{deployment, route}          histogram (TTFT)
+- omnistage_time_to_first_packet_seconds{deployment, route}         histogram (TTFP, audio)
+- omnistage_time_per_output_token_seconds{deployment, route}        histogram (TPOT)
+- omnistage_queue_seconds{deployment, route}                        histogram
+
+Counters are written when a request's history row is closed (services.request_close).
+"""
+
+from __future__ import annotations
+
+import math
+
+import redis
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from control_plane.redis_client import get_redis
+from stages import streams
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, math.inf)
+HISTOGRAMS = {
+    "request_duration_seconds": ("e2el_s", True, "End-to-end latency of a request."),
+    "time_to_first_token_seconds": ("ttft_s", False, "Time from submission to the first text token."),
+    "time_to_first_packet_seconds": ("ttfp_s", False, "Time from submission to the first audio packet."),
+    "time_per_output_token_seconds": ("tpot_s", False, "Mean time between text tokens after the first."),
+    "queue_seconds": ("queue_s", False, "Time a request waited before its first stage started."),
+}
+_SEP = "\x1f"
+
+
+def _key(name: str) -> str:
+    return f"{streams.PREFIX}:metrics:{name}"
+
+
+def observe(row) -> None:
+    """Count one finished request and add its timings to the histograms."""
+    deployment = row.deployment_name or "-"
+    route = row.route
+    status = row.status
+    pipe = _pooled().pipeline(transaction=False)
+    pipe.hincrby(_key("requests_total"), _SEP.join((deployment, route, status)), 1)
+    for name, (field, by_status, _) in HISTOGRAMS.items():
+        value = getattr(row, field)
+        if value is None:
+            continue
+        labels = (deployment, route, status) if by_status else (deployment, route)
+        base = _SEP.join(labels)
+        key = _key(name)
+        for bound in BUCKETS:
+            if value <= bound:
+                pipe.hincrby(key, f"{base}{_SEP}le={_bound(bound)}", 1)
+        pipe.hincrbyfloat(key, f"{base}{_SEP}sum", float(value))
+        pipe.hincrby(key, f"{base}{_SEP}count", 1)
+    pipe.execute()
+
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def _pooled() -> redis.Redis:
+    """One pooled client per Redis URL (observe runs once per request)."""
+    from django.conf import settings
+
+    url = settings.REDIS_URL
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    return _clients[url]
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(bound)
+
+
+class RedisCollector:
+    def __init__(self, client: redis.Redis):
+        self.client = client
+
+    def collect(self):
+        totals = CounterMetricFamily(
+            "omnistage_requests",
+            "Requests by deployment, route and final status.",
+            labels=["deployment", "route", "status"],
+        )
+        for field, count in self.client.hgetall(_key("requests_total")).items():
+            totals.add_metric(field.decode().split(_SEP), float(count))
+        yield totals
+        for name, (_, by_status, documentation) in HISTOGRAMS.items():
+            labels = ["deployment", "route", "status"] if by_status else ["deployment", "route"]
+            family = HistogramMetricFamily(f"omnistage_{name}", documentation, labels=labels)
+            for label_values, series in _series(self.client.hgetall(_key(name)), len(labels)).items():
+                buckets = [(_bound(b), float(series.get(f"le={_bound(b)}", 0))) for b in BUCKETS]
+                family.add_metric(list(label_values), buckets, float(series.get("sum", 0.0)))
+            yield family
+
+
+def _series(raw: dict[bytes, bytes], label_count: int) -> dict[tuple[str, ...], dict[str, float]]:
+    series: dict[tuple[str, ...], dict[str, float]] = {}
+    for field, value in raw.items():
+        parts = field.decode().split(_SEP)
+        labels, measure = tuple(parts[:label_count]), parts[label_count]
+        series.setdefault(labels, {})[measure] = float(value)
+    return series
+
+
+def render() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    client = get_redis()
+    try:
+        registry.register(RedisCollector(client))
+        return generate_latest(registry)
+    finally:
+        client.close()
+
+
+@require_GET
+def metrics_view(request):
+    """GET /metrics (Prometheus text format). 503 when Redis cannot be read."""
+    try:
+        body = render()
+    except redis.RedisError as error:
+        return HttpResponse(f"# metrics unavailable: {error}\n", status=503, content_type="text/plain")
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,361 @@
+"""POST /v1/chat/completions: text, audio and image outputs, streamed (SSE) or not.
+
+OpenAI's standard shapes: `message.content` for text (a list of `image_url` parts when the
+pipeline draws), `message.audio` {id, data, transcript, expires_at} in one choice,
+`delta.content` and `delta.audio` when streaming, `stream_options.include_usage`. Omni
+extras: `sampling_params_list` (one dict per stage), `additional_information` (merged into the
+request params every stage sees), `voice`/`speaker` (or `audio.voice`),
+diffusion knobs (`size`, `num_inference_steps`, `guidance_scale`, `negative_prompt`, `seed`).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from typing import Any
+
+import msgspec
+
+from control_plane.inference.models import Route
+from control_plane.openai_compat import audio_encoding
+from control_plane.openai_compat.access import served_deployment
+from control_plane.openai_compat.bodies import convert, read_json
+from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
+from control_plane.openai_compat.errors import ApiError
+from control_plane.openai_compat.outcome import Delta, Outcome
+from control_plane.openai_compat.sampling import build_sampling
+from control_plane.openai_compat.session import Recorder, drain, relay, served_view, start
+from control_plane.openai_compat.sizes import parse_size
+from control_plane.openai_compat.sse import DONE, event, sse_response
+from stages.protocol import StageRequest
+
+AUDIO_EXPIRY_S = 24 * 3600
+
+
+class AudioOptions(msgspec.Struct, kw_only=True):
+    format: str = "wav"
+    voice: str | None = None
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+
+
+class ChatRequest(msgspec.Struct, kw_only=True):
+    model: str
+    messages: list[Any]
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    modalities: list[str] | None = None
+    audio: AudioOptions | None = None
+    n: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    min_tokens: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    sampling_params_list: list[Any] | None = None
+    additional_information: dict[str, Any] | None = None
+    voice: str | None = None
+    speaker: str | None = None
+    language: str | None = None
+    instructions: str | None = None
+    user: str | None = None
+    size: str | None = None
+    height: int | None = None
+    width: int | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+
+
+def default_modalities(outputs: list[str]) -> list[str]:
+    return ["text"] if "text" in outputs else list(dict.fromkeys(outputs))
+
+
+def check_modalities(requested: list[str] | None, outputs: list[str]) -> list[str]:
+    modalities = default_modalities(outputs) if requested is None else requested
+    if not modalities:
+        raise ApiError.invalid("modalities", "'modalities' must name at least one output modality.")
+    unsupported = [m for m in modalities if m not in outputs]
+    if unsupported:
+        raise ApiError(
+            400,
+            f"Unsupported output modalities {unsupported} for this model. Supported modalities: {sorted(set(outputs))}.",
+            param="modalities",
+            code="unsupported_modality",
+        )
+    return list(dict.fromkeys(modalities))
+
+
+def check_common(body: ChatRequest) -> None:
+    if body.n is not None and body.n != 1:
+        if not 1 <= body.n <= 128:
+            raise ApiError.invalid("n", f"'n' must be between 1 and 128, got {body.n}.")
+        raise ApiError.invalid("n", "Only n=1 is supported for chat completions.", "unsupported_value")
+    if body.temperature is not None and not 0 <= body.temperature <= 2:
+        raise ApiError.invalid("temperature", f"'temperature' must be between 0 and 2, got {body.temperature}.")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = getattr(body, name)
+        if value is not None and value < 1:
+            raise ApiError.invalid(name, f"'{name}' must be at least 1, got {value}.")
+
+
+def sampling_fields(body: ChatRequest) -> dict[str, Any]:
+    return {
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "seed": body.seed,
+        "max_tokens": body.max_completion_tokens or body.max_tokens,
+        "min_tokens": body.min_tokens,
+        "stop": body.stop,
+        "stop_token_ids": body.stop_token_ids,
+        "ignore_eos": body.ignore_eos,
+    }
+
+
+def diffusion_params(body: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if getattr(body, "size", None):
+        params["width"], params["height"] = parse_size(body.size)
+    for name in ("height", "width", "num_inference_steps", "guidance_scale", "negative_prompt", "seed"):
+        value = getattr(body, name, None)
+        if value is not None:
+            params[name] = value
+    return params
+
+
+@served_view(Route.CHAT, "POST")
+async def chat_completions(request, rec: Recorder):
+    raw = read_json(request)
+    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    body = convert(raw, ChatRequest)
+    check_common(body)
+    served = await served_deployment(
+        rec.caller, body.model, check=lambda found: check_modalities(body.modalities, found.output_modalities)
+    )
+    rec.served = served
+    modalities = check_modalities(body.modalities, served.output_modalities)
+    stream = bool(body.stream)
+    rec.stream = stream
+    audio_format = audio_encoding.normalize_format((body.audio.format if body.audio else None) or "wav")
+    if audio_format is None:
+        raise ApiError.invalid(
+            "audio.format", f"Unsupported audio format {body.audio.format!r}; use one of {audio_encoding.FORMATS}."
+        )
+    if stream and "audio" in modalities and audio_format not in ("pcm16", "wav"):
+        raise ApiError.invalid("audio.format", "Streaming audio is sent as pcm16 (or wav); choose one of those.")
+    messages = await prepare_messages(body.messages)
+    entry_sampling, later_sampling, stage_params = build_sampling(
+        served.pipeline, sampling_fields(body), body.sampling_params_list
+    )
+    params = {**(body.additional_information or {}), **diffusion_params(body), **stage_params}
+    voice = (body.audio.voice if body.audio else None) or body.voice or body.speaker
+    if voice:
+        params["voice"] = voice
+    for name in ("language", "instructions"):
+        if getattr(body, name):
+            params[name] = getattr(body, name)
+    params["modalities"] = modalities
+    parameters = {
+        key: value
+        for key, value in msgspec.to_builtins(body).items()
+        if key not in ("messages", "model") and value is not None
+    }
+    estimate = {"text_tokens": float(entry_sampling.max_tokens)} if entry_sampling else {}
+    await rec.open(
+        served,
+        inputs={"messages": summarize(messages)},
+        parameters=parameters,
+        modalities=modalities,
+        estimate=estimate,
+    )
+    stage_request = StageRequest(
+        request_id=rec.request_id, messages=messages, sampling=entry_sampling, params=params, arrival_time=time.time()
+    )
+    first, replies = await start(rec, stage_request, later_sampling)
+    view = ChatView(rec, modalities, audio_format, body)
+    outcome = Outcome()
+    if not stream:
+        await drain(rec, first, replies, outcome)
+        artifacts = await rec.complete(outcome, audio_format=audio_format)
+        return view.completion(outcome, artifacts)
+    return sse_response(
+        relay(
+            rec,
+            first,
+            replies,
+            outcome,
+            on_delta=view.chunk_events,
+            on_complete=view.final_events(outcome),
+            on_error=view.error_events,
+            complete_options={"audio_format": audio_format},
+        )
+    )
+
+
+class ChatView:
+    """Renders one request's outcome as OpenAI chat objects."""
+
+    def __init__(self, rec: Recorder, modalities: list[str], audio_format: str, body: ChatRequest):
+        self.rec = rec
+        self.modalities = modalities
+        self.audio_format = audio_format
+        self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        self.created = int(time.time())
+        self.audio_id = f"audio_{uuid.uuid4().hex}"
+        self.sent_role = False
+        self.sent_wav_header = False
+
+    # ------------------------------------------------------------- shared
+
+    def usage(self, outcome: Outcome) -> dict[str, Any]:
+        audio_stages = audio_token_stages(self.rec)
+        audio_tokens = outcome.stage_tokens(audio_stages) if outcome.audio_chunks else 0
+        text_tokens = outcome.completion_tokens
+        prompt = outcome.prompt_token_count
+        completion = text_tokens + audio_tokens
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "text_tokens": text_tokens,
+                "audio_tokens": audio_tokens,
+                "audio_seconds": round(outcome.audio_seconds, 4),
+            },
+        }
+
+    def finish_reason(self, outcome: Outcome) -> str:
+        reason = outcome.finish_reason or (outcome.summary.finish_reason if outcome.summary else None)
+        return reason if reason in ("stop", "length") else "stop"
+
+    def image_parts(self, media) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "image_url",
+                "image_url": {"url": f"data:{m.mime_type};base64,{base64.b64encode(m.data).decode()}"},
+            }
+            for m in media
+            if m.kind == "image"
+        ]
+
+    # ------------------------------------------------------------- whole
+
+    def completion(self, outcome: Outcome, artifacts) -> Any:
+        from django.http import JsonResponse
+
+        text = outcome.text
+        message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
+        images = self.image_parts(outcome.media) if "image" in self.modalities else []
+        if images:
+            message["content"] = (
+                [{"type": "text", "text": text}] if text and "text" in self.modalities else []
+            ) + images
+        elif "text" in self.modalities:
+            message["content"] = text
+        audio = outcome.audio
+        if "audio" in self.modalities and audio is not None:
+            data = audio_encoding.encode_audio(audio, outcome.sample_rate, self.audio_format)
+            audio_artifact = next((a for a in artifacts if a.kind == "audio"), None)
+            message["audio"] = {
+                "id": f"audio_{audio_artifact.id.hex}" if audio_artifact else self.audio_id,
+                "data": base64.b64encode(data).decode(),
+                "expires_at": int(time.time()) + AUDIO_EXPIRY_S,
+                "transcript": text,
+            }
+        body = {
+            "id": self.rec.request_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.rec.served.name,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": self.finish_reason(outcome), "logprobs": None}
+            ],
+            "usage": self.usage(outcome),
+            "system_fingerprint": None,
+        }
+        return JsonResponse(body)
+
+    # ------------------------------------------------------------- streamed
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        if not self.sent_role:
+            delta = {"role": "assistant", **delta}
+            self.sent_role = True
+        return event(
+            {
+                "id": self.rec.request_id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.rec.served.name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
+            }
+        )
+
+    def chunk_events(self, delta: Delta) -> list[bytes]:
+        events = []
+        if delta.text:
+            text_delta: dict[str, Any] = {}
+            if "text" in self.modalities:
+                text_delta["content"] = delta.text
+            if "audio" in self.modalities:  # the transcript streams with the text, as OpenAI's does
+                text_delta["audio"] = {"id": self.audio_id, "transcript": delta.text}
+            if text_delta:
+                events.append(self._chunk(text_delta))
+        if delta.audio is not None and "audio" in self.modalities:
+            data = audio_encoding.pcm16_bytes(delta.audio)
+            if self.audio_format == "wav" and not self.sent_wav_header:
+                data = audio_encoding.wav_header(delta.sample_rate or 24000) + data
+                self.sent_wav_header = True
+            events.append(self._chunk({"audio": {"id": self.audio_id, "data": base64.b64encode(data).decode()}}))
+        if delta.media and "image" in self.modalities:
+            parts = self.image_parts(delta.media)
+            if parts:
+                events.append(self._chunk({"content": parts}))
+        return events
+
+    def final_events(self, outcome: Outcome):
+        async def render(artifacts) -> list[bytes]:
+            events = []
+            if "audio" in self.modalities and outcome.audio_chunks:
+                final_audio = {"id": self.audio_id, "expires_at": int(time.time()) + AUDIO_EXPIRY_S}
+                events.append(self._chunk({"audio": final_audio}))
+            events.append(self._chunk({}, self.finish_reason(outcome)))
+            if self.include_usage:
+                events.append(
+                    event(
+                        {
+                            "id": self.rec.request_id,
+                            "object": "chat.completion.chunk",
+                            "created": self.created,
+                            "model": self.rec.served.name,
+                            "choices": [],
+                            "usage": self.usage(outcome),
+                        }
+                    )
+                )
+            events.append(DONE)
+            return events
+
+        return render
+
+    def error_events(self, error: ApiError) -> list[bytes]:
+        return [event(error.body()), DONE]
+
+
+def audio_token_stages(rec: Recorder) -> list[str]:
+    """Stages whose output tokens are audio tokens: every non-entry stage that emits no text,
+    image or video (a talker's codec tokens, a vocoder's)."""
+    pipeline = rec.served.pipeline
+    entry = pipeline.entry_stage.id
+    return [s.name for s in pipeline.stages if s.id != entry and s.output not in ("text", "image", "video")]

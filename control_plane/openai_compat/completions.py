@@ -1,0 +1,153 @@
+"""POST /v1/completions: a raw prompt in, text out, for pipelines that take one (a pipeline
+that needs the chat template answers 400 pointing to /v1/chat/completions)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from django.http import JsonResponse
+
+from control_plane.inference.models import Route
+from control_plane.openai_compat.access import served_deployment
+from control_plane.openai_compat.bodies import convert, read_json
+from control_plane.openai_compat.chat import StreamOptions
+from control_plane.openai_compat.errors import ApiError
+from control_plane.openai_compat.outcome import Delta, Outcome
+from control_plane.openai_compat.sampling import build_sampling
+from control_plane.openai_compat.session import Recorder, drain, relay, served_view, start
+from control_plane.openai_compat.sse import DONE, event, sse_response
+from stages.protocol import StageRequest
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True):
+    model: str
+    prompt: str | list[str | int]
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    echo: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    min_tokens: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    sampling_params_list: list[Any] | None = None
+    user: str | None = None
+
+
+def prompt_of(body: CompletionRequest) -> tuple[str | None, list[int] | None]:
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return prompt, None
+    if prompt and all(isinstance(item, int) for item in prompt):
+        return None, list(prompt)
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0], None
+    raise ApiError.invalid("prompt", "'prompt' must be a string, a one-element array of strings or token ids.")
+
+
+def completions_supported(served) -> None:
+    if served.pipeline.needs_chat_template:
+        raise ApiError(
+            400,
+            f"The model '{served.name}' (pipeline {served.pipeline.name}) needs the chat template structure; "
+            "use /v1/chat/completions instead.",
+            param="model",
+            code="unsupported_endpoint",
+        )
+    if "text" not in served.output_modalities:
+        raise ApiError(
+            400, f"The model '{served.name}' does not produce text.", param="model", code="unsupported_modality"
+        )
+
+
+@served_view(Route.COMPLETIONS, "POST")
+async def completions(request, rec: Recorder):
+    raw = read_json(request)
+    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    body = convert(raw, CompletionRequest)
+    if body.n is not None and body.n != 1:
+        raise ApiError.invalid("n", "Only n=1 is supported.", "unsupported_value")
+    if body.max_tokens is not None and body.max_tokens < 1:
+        raise ApiError.invalid("max_tokens", f"'max_tokens' must be at least 1, got {body.max_tokens}.")
+    prompt, token_ids = prompt_of(body)
+    served = await served_deployment(rec.caller, body.model, check=completions_supported)
+    rec.served = served
+    rec.stream = bool(body.stream)
+    fields = {name: getattr(body, name) for name in ("temperature", "top_p", "top_k", "seed", "min_tokens", "stop",
+                                                      "stop_token_ids", "ignore_eos")}  # fmt: skip
+    fields["max_tokens"] = body.max_tokens or DEFAULT_MAX_TOKENS
+    entry_sampling, later_sampling, params = build_sampling(served.pipeline, fields, body.sampling_params_list)
+    parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
+    await rec.open(
+        served,
+        inputs={"prompt": prompt if prompt is not None else token_ids},
+        parameters=parameters,
+        modalities=["text"],
+        estimate={"text_tokens": float(fields["max_tokens"])},
+    )
+    stage_request = StageRequest(
+        request_id=rec.request_id,
+        prompt=prompt,
+        prompt_token_ids=token_ids,
+        sampling=entry_sampling,
+        params=params,
+        arrival_time=time.time(),
+    )
+    first, replies = await start(rec, stage_request, later_sampling)
+    created = int(time.time())
+    echo = prompt if body.echo and prompt else ""
+    outcome = Outcome()
+
+    def usage() -> dict[str, int]:
+        prompt_tokens = outcome.prompt_token_count or (len(token_ids) if token_ids else 0)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": outcome.completion_tokens,
+            "total_tokens": prompt_tokens + outcome.completion_tokens,
+        }
+
+    def finish_reason() -> str:
+        return outcome.finish_reason if outcome.finish_reason in ("stop", "length") else "stop"
+
+    def chunk(text: str, reason: str | None = None) -> bytes:
+        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": reason}
+        return event({"id": rec.request_id, "object": "text_completion", "created": created, "model": served.name,
+                      "choices": [choice]})  # fmt: skip
+
+    if not rec.stream:
+        await drain(rec, first, replies, outcome)
+        await rec.complete(outcome)
+        choice = {"text": echo + outcome.text, "index": 0, "logprobs": None, "finish_reason": finish_reason()}
+        return JsonResponse({"id": rec.request_id, "object": "text_completion", "created": created,
+                             "model": served.name, "choices": [choice], "usage": usage()})  # fmt: skip
+
+    echoed = []
+
+    def on_delta(delta: Delta) -> list[bytes]:
+        text = delta.text
+        if echo and not echoed:
+            echoed.append(True)
+            text = echo + text
+        return [chunk(text)] if text else []
+
+    async def on_complete(artifacts) -> list[bytes]:
+        events = [chunk("", finish_reason())]
+        if body.stream_options and body.stream_options.include_usage:
+            events.append(event({"id": rec.request_id, "object": "text_completion", "created": created,
+                                 "model": served.name, "choices": [], "usage": usage()}))  # fmt: skip
+        return [*events, DONE]
+
+    def on_error(error: ApiError) -> list[bytes]:
+        return [event(error.body()), DONE]
+
+    return sse_response(relay(rec, first, replies, outcome, on_delta=on_delta, on_complete=on_complete,
+                              on_error=on_error))  # fmt: skip

@@ -1,0 +1,240 @@
+"""POST /v1/images/generations (JSON) and POST /v1/images/edits (multipart).
+
+`n` images are `n` requests through the serving path (seeds `seed`, `seed+1`, ... when a
+seed is given), run concurrently; `response_format` `b64_json` (default) or `url` (signed,
+expiring links to the stored artifacts); `output_format` png/jpeg/webp; diffusion knobs
+`num_inference_steps`, `guidance_scale`, `negative_prompt`, `seed`.
+
+Edits: the input image travels as an `image_url` part of a chat message to the pipeline's
+entry stage. A pipeline whose entry is a diffusion stage (text-to-image only, no image
+conditioning) answers 400 rather than silently ignoring the image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any
+
+import msgspec
+from django.http import JsonResponse
+
+from control_plane.inference.models import Route
+from control_plane.inference.signing import signed_artifact_url
+from control_plane.openai_compat.access import Served, served_deployment
+from control_plane.openai_compat.bodies import convert, read_form, read_json
+from control_plane.openai_compat.chat_inputs import decode_image_bytes, max_media_bytes
+from control_plane.openai_compat.errors import ApiError
+from control_plane.openai_compat.outcome import Outcome
+from control_plane.openai_compat.session import Recorder, StageFailed, drain, served_view, start
+from control_plane.openai_compat.sizes import parse_size
+from stages.protocol import StageRequest
+
+MAX_IMAGES = 10
+OUTPUT_FORMATS = ("png", "jpeg", "webp")
+MAX_PROMPT_CHARS = 32000
+
+
+class ImageRequest(msgspec.Struct, kw_only=True):
+    model: str
+    prompt: str
+    n: int = 1
+    size: str | None = None
+    response_format: str = "b64_json"
+    output_format: str = "png"
+    quality: str | None = None
+    style: str | None = None
+    background: str | None = None
+    output_compression: int | None = None
+    seed: int | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    user: str | None = None
+
+
+def validate(body: ImageRequest) -> dict[str, Any]:
+    """The diffusion params of one image; raises 400 naming the field."""
+    if not body.prompt.strip():
+        raise ApiError.invalid("prompt", "'prompt' cannot be empty.")
+    if len(body.prompt) > MAX_PROMPT_CHARS:
+        raise ApiError.invalid("prompt", f"'prompt' is limited to {MAX_PROMPT_CHARS} characters.")
+    if not 1 <= body.n <= MAX_IMAGES:
+        raise ApiError.invalid("n", f"'n' must be between 1 and {MAX_IMAGES}, got {body.n}.")
+    if body.response_format not in ("b64_json", "url"):
+        raise ApiError.invalid(
+            "response_format", f"'response_format' must be 'b64_json' or 'url', got {body.response_format!r}."
+        )
+    output_format = "jpeg" if body.output_format == "jpg" else body.output_format
+    if output_format not in OUTPUT_FORMATS:
+        raise ApiError.invalid(
+            "output_format", f"'output_format' must be one of {OUTPUT_FORMATS}, got {body.output_format!r}."
+        )
+    params: dict[str, Any] = {"output_format": output_format}
+    if body.size and body.size != "auto":
+        params["width"], params["height"] = parse_size(body.size)
+    if body.num_inference_steps is not None:
+        if not 1 <= body.num_inference_steps <= 200:
+            raise ApiError.invalid("num_inference_steps", "'num_inference_steps' must be between 1 and 200.")
+        params["num_inference_steps"] = body.num_inference_steps
+    if body.guidance_scale is not None:
+        if not 0 <= body.guidance_scale <= 30:
+            raise ApiError.invalid("guidance_scale", "'guidance_scale' must be between 0 and 30.")
+        params["guidance_scale"] = body.guidance_scale
+    if body.negative_prompt:
+        params["negative_prompt"] = body.negative_prompt
+    if body.seed is not None:
+        if not 0 <= body.seed < 2**63 - MAX_IMAGES:
+            raise ApiError.invalid("seed", "'seed' must be between 0 and 2**63 - 11.")
+        params["seed"] = body.seed
+    return params
+
+
+def require_images(served: Served) -> None:
+    if "image" not in served.output_modalities:
+        raise ApiError(
+            400,
+            f"The model '{served.name}' does not generate images (it produces {served.output_modalities}).",
+            param="model",
+            code="unsupported_modality",
+        )
+
+
+def require_image_input(served: Served) -> None:
+    require_images(served)
+    if served.pipeline.entry_stage.kind == "diffusion":
+        raise ApiError(
+            400,
+            f"The model '{served.name}' generates images from text only; it cannot take input images "
+            "(no image-conditioned stage in its pipeline).",
+            param="image",
+            code="unsupported_input",
+        )
+
+
+async def run_images(rec: Recorder, requests: list[StageRequest]) -> Outcome:
+    """Serve every request concurrently; the first failure cancels the others."""
+
+    async def one(request: StageRequest) -> Outcome:
+        first, replies = await start(rec, request)
+        outcome = Outcome()
+        await drain(rec, first, replies, outcome)
+        return outcome
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(request)) for request in requests]
+    except* (StageFailed, ApiError) as failures:
+        raise failures.exceptions[0] from None
+    merged = Outcome()
+    for task in tasks:
+        outcome = task.result()
+        merged.media += outcome.media
+        merged.text_parts += outcome.text_parts
+        merged.text_tokens += outcome.text_tokens
+        merged.summary = merged.summary or outcome.summary
+        merged.finish_reason = "stop"
+    return merged
+
+
+async def respond(request, rec: Recorder, served: Served, body: ImageRequest, outcome: Outcome, output_format: str):
+    artifacts = await rec.complete(outcome)
+    images = [a for a in artifacts if a.kind == "image"]
+    revised = outcome.text or None
+    data = []
+    for artifact, media in zip(images, [m for m in outcome.media if m.kind == "image"], strict=False):
+        item: dict[str, Any] = {"revised_prompt": revised}
+        if body.response_format == "url":
+            item["url"], item["expires_at"] = signed_artifact_url(request, artifact)
+        else:
+            item["b64_json"] = base64.b64encode(media.data).decode()
+        data.append(item)
+    first = images[0].meta if images else {}
+    size = f"{first.get('width')}x{first.get('height')}" if first.get("width") else body.size
+    return JsonResponse(
+        {
+            "created": int(time.time()),
+            "data": data,
+            "output_format": output_format,
+            "size": size,
+            "usage": {"images": len(data), "input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        }
+    )
+
+
+def stage_requests(rec: Recorder, served: Served, prompt_input: dict[str, Any], params: dict[str, Any], n: int):
+    requests = []
+    for index in range(n):
+        image_params = dict(params)
+        if "seed" in image_params:
+            image_params["seed"] = image_params["seed"] + index
+        requests.append(
+            StageRequest(
+                request_id=f"{rec.request_id}-{index}" if n > 1 else rec.request_id,
+                params=image_params,
+                arrival_time=time.time(),
+                **prompt_input,
+            )
+        )
+    return requests
+
+
+def prompt_input(served: Served, prompt: str) -> dict[str, Any]:
+    if served.pipeline.needs_chat_template:
+        return {"messages": [{"role": "user", "content": prompt}]}
+    return {"prompt": prompt}
+
+
+@served_view(Route.IMAGES, "POST")
+async def generations(request, rec: Recorder):
+    raw = read_json(request)
+    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    body = convert(raw, ImageRequest)
+    params = validate(body)
+    served = await served_deployment(rec.caller, body.model, check=require_images)
+    rec.served = served
+    parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
+    await rec.open(served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["image"],
+                   estimate={"images": float(body.n)})  # fmt: skip
+    outcome = await run_images(rec, stage_requests(rec, served, prompt_input(served, body.prompt), params, body.n))
+    return await respond(request, rec, served, body, outcome, params["output_format"])
+
+
+@served_view(Route.IMAGE_EDITS, "POST")
+async def edits(request, rec: Recorder):
+    fields, files = read_form(request)
+    form = {key: values[0] for key, values in fields.items() if values}
+    rec.inputs = {"model": form.get("model")} if form.get("model") else {}
+    uploads = files.get("image", []) + files.get("image[]", [])
+    if not uploads:
+        raise ApiError(400, "Missing required parameter: 'image' (one or more image files).", param="image",
+                       code="missing_required_parameter")  # fmt: skip
+    parts = []
+    for index, upload in enumerate(uploads):
+        param = f"image[{index}]" if len(uploads) > 1 else "image"
+        if upload.size > max_media_bytes():
+            raise ApiError(
+                413, f"'{param}' is larger than {max_media_bytes()} bytes.", param=param, code="media_too_large"
+            )
+        raw_image = upload.read()
+        image = decode_image_bytes(raw_image, param)
+        mime = Image_MIME.get((image.format or "").upper(), "image/png")
+        parts.append(
+            {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(raw_image).decode()}"}}
+        )
+    if "mask" in files:
+        decode_image_bytes(files["mask"][0].read(), "mask")
+    body = convert(form, ImageRequest, strict=False)
+    params = validate(body)
+    served = await served_deployment(rec.caller, body.model, check=require_image_input)
+    rec.served = served
+    parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
+    await rec.open(served, inputs={"prompt": body.prompt, "images": len(parts)}, parameters=parameters,
+                   modalities=["image"], estimate={"images": float(body.n)})  # fmt: skip
+    message = {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": body.prompt}]}]}
+    outcome = await run_images(rec, stage_requests(rec, served, message, params, body.n))
+    return await respond(request, rec, served, body, outcome, params["output_format"])
+
+
+Image_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}

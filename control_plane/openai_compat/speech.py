@@ -1,0 +1,196 @@
+"""POST /v1/audio/speech: text in, audio out, for pipelines that produce audio.
+
+- plain: the whole file in `response_format` (mp3 by default, as OpenAI; wav, flac, opus,
+  pcm/pcm16), `speed` 0.25-4 applied by resampling;
+- `stream_format: "sse"` (or `stream: true`): `speech.audio.delta` events with base64
+  audio as it is produced, then `speech.audio.done` with usage (OpenAI's SSE shape);
+- `stream_format: "audio"`: the raw bytes, chunked as they are produced (pcm16, or wav
+  with a streaming header).
+Streaming sends pcm16 or wav only, at speed 1.0.
+
+The text reaches the pipeline as the prompt (or one user message when the pipeline needs
+the chat template), with `voice` and `instructions` in the request params.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import msgspec
+from django.http import HttpResponse, StreamingHttpResponse
+
+from control_plane.inference.models import Route
+from control_plane.openai_compat import audio_encoding
+from control_plane.openai_compat.access import served_deployment
+from control_plane.openai_compat.bodies import convert, read_json
+from control_plane.openai_compat.errors import ApiError
+from control_plane.openai_compat.outcome import Delta, Outcome
+from control_plane.openai_compat.sampling import build_sampling
+from control_plane.openai_compat.session import Recorder, drain, relay, served_view, start
+from control_plane.openai_compat.sse import event, sse_response
+from stages.protocol import StageRequest
+
+MAX_INPUT_CHARS = 4096
+
+
+class SpeechRequest(msgspec.Struct, kw_only=True):
+    model: str
+    input: str
+    voice: str | None = None
+    instructions: str | None = None
+    response_format: str = "mp3"
+    speed: float = 1.0
+    stream: bool | None = None
+    stream_format: str | None = None
+    language: str | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    sampling_params_list: list | None = None
+
+
+def validate(body: SpeechRequest) -> tuple[str, str | None]:
+    """(audio format, stream mode: None, "sse" or "audio")."""
+    if not body.input.strip():
+        raise ApiError.invalid("input", "'input' cannot be empty.")
+    if len(body.input) > MAX_INPUT_CHARS:
+        raise ApiError.invalid("input", f"'input' is limited to {MAX_INPUT_CHARS} characters, got {len(body.input)}.")
+    fmt = audio_encoding.normalize_format(body.response_format)
+    if fmt is None:
+        raise ApiError.invalid(
+            "response_format",
+            f"Unsupported response_format {body.response_format!r}; use one of {audio_encoding.FORMATS} (or 'pcm').",
+        )
+    if not 0.25 <= body.speed <= 4.0:
+        raise ApiError.invalid("speed", f"'speed' must be between 0.25 and 4.0, got {body.speed}.")
+    if body.stream_format not in (None, "sse", "audio"):
+        raise ApiError.invalid(
+            "stream_format", f"'stream_format' must be 'sse' or 'audio', got {body.stream_format!r}."
+        )
+    mode = body.stream_format or ("sse" if body.stream else None)
+    if mode is not None:
+        if fmt not in ("pcm16", "wav"):
+            raise ApiError.invalid("response_format", "Streamed speech is sent as pcm (pcm16) or wav.")
+        if body.speed != 1.0:
+            raise ApiError.invalid("speed", "'speed' must be 1.0 when streaming.")
+    return fmt, mode
+
+
+def require_audio(served) -> None:
+    if "audio" not in served.output_modalities:
+        raise ApiError(
+            400,
+            f"The model '{served.name}' does not produce audio (it produces {served.output_modalities}).",
+            param="model",
+            code="unsupported_modality",
+        )
+
+
+@served_view(Route.SPEECH, "POST")
+async def speech(request, rec: Recorder):
+    raw = read_json(request)
+    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    body = convert(raw, SpeechRequest)
+    fmt, mode = validate(body)
+    served = await served_deployment(rec.caller, body.model, check=require_audio)
+    rec.served = served
+    rec.stream = mode is not None
+    fields = {"max_tokens": body.max_tokens, "seed": body.seed}
+    entry_sampling, later_sampling, params = build_sampling(served.pipeline, fields, body.sampling_params_list)
+    params.update({key: getattr(body, key) for key in ("voice", "instructions", "language") if getattr(body, key)})
+    params["modalities"] = ["audio"]
+    parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}
+    await rec.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"], estimate={})
+    if served.pipeline.needs_chat_template:
+        text_input = {"messages": [{"role": "user", "content": body.input}]}
+    else:
+        text_input = {"prompt": body.input}
+    stage_request = StageRequest(
+        request_id=rec.request_id, sampling=entry_sampling, params=params, arrival_time=time.time(), **text_input
+    )
+    first, replies = await start(rec, stage_request, later_sampling)
+    outcome = Outcome()
+    headers = {"X-Request-Id": rec.request_id}
+    if mode is None:
+        await drain(rec, first, replies, outcome)
+        if outcome.audio is None:
+            raise ApiError(500, "The model produced no audio for this input.", code="no_audio")
+        audio = audio_encoding.time_stretch(outcome.audio, body.speed)
+        data = audio_encoding.encode_audio(audio, outcome.sample_rate, fmt)
+        await rec.complete(outcome, audio_format=fmt)
+        response = HttpResponse(data, content_type=audio_encoding.MIME_TYPES[fmt])
+        response["X-Sample-Rate"] = str(outcome.sample_rate)
+        for name, value in headers.items():
+            response[name] = value
+        return response
+    if mode == "sse":
+        return sse_response(_sse(rec, first, replies, outcome, fmt), headers)
+    response = StreamingHttpResponse(
+        _raw(rec, first, replies, outcome, fmt), content_type=audio_encoding.MIME_TYPES[fmt]
+    )
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+def _encoder(fmt: str):
+    header_sent = []
+
+    def encode(delta: Delta) -> bytes:
+        if delta.audio is None:
+            return b""
+        data = audio_encoding.pcm16_bytes(delta.audio)
+        if fmt == "wav" and not header_sent:
+            header_sent.append(True)
+            data = audio_encoding.wav_header(delta.sample_rate or 24000) + data
+        return data
+
+    return encode
+
+
+def _sse(rec: Recorder, first, replies, outcome: Outcome, fmt: str):
+    encode = _encoder(fmt)
+    response_format = "pcm" if fmt == "pcm16" else fmt
+
+    def on_delta(delta: Delta) -> list[bytes]:
+        data = encode(delta)
+        if not data:
+            return []
+        audio = base64.b64encode(data).decode()
+        return [event({"type": "speech.audio.delta", "audio": audio, "response_format": response_format},
+                      "speech.audio.delta")]  # fmt: skip
+
+    async def on_complete(artifacts) -> list[bytes]:
+        output_tokens = outcome.stage_tokens([s.name for s in rec.served.pipeline.stages if s.output == "audio"])
+        input_tokens = outcome.prompt_token_count
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "audio_seconds": round(outcome.audio_seconds, 4),
+            "sample_rate": outcome.sample_rate,
+        }
+        return [event({"type": "speech.audio.done", "usage": usage}, "speech.audio.done")]
+
+    def on_error(error: ApiError) -> list[bytes]:
+        return [event({"type": "speech.audio.error", **error.body()}, "speech.audio.error")]
+
+    return relay(rec, first, replies, outcome, on_delta=on_delta, on_complete=on_complete, on_error=on_error,
+                 complete_options={"audio_format": fmt})  # fmt: skip
+
+
+def _raw(rec: Recorder, first, replies, outcome: Outcome, fmt: str):
+    encode = _encoder(fmt)
+
+    def on_delta(delta: Delta) -> list[bytes]:
+        data = encode(delta)
+        return [data] if data else []
+
+    async def on_complete(artifacts) -> list[bytes]:
+        return []
+
+    def on_error(error: ApiError) -> list[bytes]:
+        return []  # the status is already sent; the truncated body and the history row tell
+
+    return relay(rec, first, replies, outcome, on_delta=on_delta, on_complete=on_complete, on_error=on_error,
+                 complete_options={"audio_format": fmt})  # fmt: skip

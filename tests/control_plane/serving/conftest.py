@@ -1,0 +1,129 @@
+"""A live platform for the /v1 tests (the runtime tests' pattern): a private redis-server,
+a real Celery worker pool, the orchestrator and daphne on a free port; echo deployments
+created through REST; API keys for an operator and for a plain user."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from openai import OpenAI
+from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+
+from control_plane.accounts.services import api_key_create
+from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
+
+ECHO_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01, "tokens_per_step": 1}}}}
+
+
+@pytest.fixture(scope="session")
+def serving_pipeline_definitions():
+    return discover_pipelines()
+
+
+class ServingStack:
+    def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
+        self.env = env
+        self.tmp = tmp_path
+        self.redis = RedisServer(tmp_path / "redis").start()
+        self.env["REDIS_URL"] = self.redis.url
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.operator_secret = operator_secret
+        self.user_secret = user_secret
+        self.procs: dict[str, Proc] = {}
+        self.procs["worker"] = self._proc(
+            "worker",
+            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "serving@%h",
+             "--without-mingle", "--without-gossip", "-l", "WARNING"],
+        )  # fmt: skip
+        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
+        self.start_web()
+
+    def start_web(self) -> None:
+        self.procs["web"] = self._proc(
+            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "control_plane.asgi:application"]
+        )
+        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
+
+    def _proc(self, name: str, argv: list[str]) -> Proc:
+        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+
+    def client(self, secret: str | None = None, **kwargs) -> OpenAI:
+        kwargs.setdefault("max_retries", 0)
+        kwargs.setdefault("timeout", 60)
+        return OpenAI(base_url=f"{self.base}/v1", api_key=secret or self.user_secret, **kwargs)
+
+    def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
+        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs)
+
+    def deploy(self, name: str, pipeline: str, model_dir: str = "-", deploy_config: dict | None = None) -> dict:
+        body = {"name": name, "pipeline": pipeline, "model_dir": model_dir, "deploy_config": deploy_config or {}}
+        response = self.http("POST", "/api/deployments/", secret=self.operator_secret, json=body)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def wait_running(self, *names: str, timeout: float = 180) -> None:
+        for name in names:
+
+            def running(name=name):
+                body = self.http("GET", f"/api/deployments/{name}/", secret=self.operator_secret).json()
+                return body["state"] == "RUNNING"
+
+            try:
+                wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+            except TimeoutError:
+                print(self.logs())
+                raise
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
+
+    def stop(self) -> None:
+        for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
+            self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
+        time.sleep(0.5)
+        for proc in self.procs.values():
+            proc.stop()
+        self.redis.stop()
+
+
+@pytest.fixture
+def serving_users(transactional_db, django_user_model, serving_pipeline_definitions):
+    pipeline_sync(serving_pipeline_definitions)
+    operator = django_user_model.objects.create_user("serving-operator", password="x", is_staff=True)
+    _, operator_secret = api_key_create(
+        user=operator, name="ops", scopes=["inference", "deployments:read", "deployments:write", "admin"]
+    )
+    user = django_user_model.objects.create_user("serving-user", password="x")
+    _, user_secret = api_key_create(user=user, name="user", scopes=["inference"])
+    return {"operator": (operator, operator_secret), "user": (user, user_secret)}
+
+
+@pytest.fixture
+def serving_stack(platform_env, tmp_path, serving_users, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"  # the test reads the artifacts the live server wrote
+    env = {
+        **platform_env,
+        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+        "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
+    }
+    live = ServingStack(env, tmp_path, serving_users["operator"][1], serving_users["user"][1])
+    try:
+        yield live
+    finally:
+        print(live.logs())  # shown by pytest only when the test failed
+        live.stop()
+
+
+@pytest.fixture
+def echo_stack(serving_stack):
+    """The stack with `echo` (text) and `echo-voice` (text + audio) deployments RUNNING."""
+    serving_stack.deploy("echo", "echo", deploy_config=ECHO_OPTIONS)
+    voice = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"options": {"delay_s": 0.01}}}}
+    serving_stack.deploy("echo-voice", "echo-voice", deploy_config=voice)
+    serving_stack.wait_running("echo", "echo-voice")
+    return serving_stack
