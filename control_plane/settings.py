@@ -222,3 +222,4 @@ try:
     HISTORY_CLEANUP_INTERVAL_S = env_float("OMNISTAGE_HISTORY_CLEANUP_INTERVAL_S", 3600.0, minimum=60.0)
 except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
+LOGIN_URL = "console:login"

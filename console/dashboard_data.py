@@ -1,0 +1,84 @@
+"""What the dashboard shows, read from the deployments and the request history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+
+from control_plane.deployments.queries import deployment_list
+from control_plane.inference.models import InferenceRequest
+
+CHART_MINUTES = 60
+PERCENTILES = (50, 90, 99)
+TIMINGS = (("ttft_s", "TTFT"), ("ttfp_s", "TTFP"), ("e2el_s", "E2EL"))
+
+
+def percentile(values: list[float], p: int) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[rank]
+
+
+@dataclass
+class DeploymentRow:
+    deployment: object
+    stages: list[dict]
+    queue_depth: int
+    requests_per_min: float
+    latency: list[dict]
+    chart: dict
+
+
+def _stage_counts(deployment) -> list[dict]:
+    stages: dict[str, dict] = {}
+    for replica in deployment.replicas.all():
+        entry = stages.setdefault(replica.stage, {"stage": replica.stage, "total": 0, "running": 0})
+        entry["total"] += 1
+        entry["running"] += replica.state == "RUNNING"
+    return list(stages.values())
+
+
+def _chart(times: list, now) -> dict:
+    """Requests per minute over the last hour as SVG bar geometry (60 bars, 4 px apart)."""
+    counts = [0] * CHART_MINUTES
+    for created in times:
+        minute = int((now - created).total_seconds() // 60)
+        if 0 <= minute < CHART_MINUTES:
+            counts[CHART_MINUTES - 1 - minute] += 1
+    peak = max(counts) or 1
+    bars = [{"x": i * 4, "h": round(30 * count / peak, 1), "y": round(32 - 30 * count / peak, 1), "n": count}
+            for i, count in enumerate(counts)]  # fmt: skip
+    return {"bars": bars, "peak": max(counts), "total": sum(counts)}
+
+
+def dashboard_rows() -> list[DeploymentRow]:
+    now = timezone.now()
+    since = now - timedelta(minutes=CHART_MINUTES)
+    recent = list(
+        InferenceRequest.objects.filter(created_at__gte=since).values(
+            "deployment_name", "created_at", "ttft_s", "ttfp_s", "e2el_s"
+        )
+    )
+    rows = []
+    for deployment in deployment_list():
+        mine = [r for r in recent if r["deployment_name"] == deployment.name]
+        last5 = [r for r in mine if (now - r["created_at"]).total_seconds() < 300]
+        latency = []
+        for field, label in TIMINGS:
+            values = [r[field] for r in mine if r[field] is not None]
+            latency.append({"label": label, "values": [percentile(values, p) for p in PERCENTILES]})
+        rows.append(
+            DeploymentRow(
+                deployment=deployment,
+                stages=_stage_counts(deployment),
+                queue_depth=sum(replica.queue_depth for replica in deployment.replicas.all()),
+                requests_per_min=round(len(last5) / 5, 2),
+                latency=latency,
+                chart=_chart([r["created_at"] for r in mine], now),
+            )
+        )
+    return rows

@@ -1,0 +1,107 @@
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from console.access import can_manage_deployments, manages_deployments, signed_in
+from console.graph import stage_graph
+from console.pages import render_page
+from control_plane.deployments.queries import deployment_list
+from control_plane.deployments.services import (
+    DeploymentInvalid,
+    deployment_delete,
+    deployment_scale,
+    deployment_start,
+    deployment_stop,
+    pipeline_config_of,
+)
+
+
+def _deployment(name: str):
+    return get_object_or_404(deployment_list(), name=name)
+
+
+def _context(request, deployment) -> dict:
+    replicas: dict[str, list] = {}
+    for replica in deployment.replicas.all():
+        replicas.setdefault(replica.stage, []).append(replica)
+    config = pipeline_config_of(deployment.pipeline)
+    stage_config = deployment.deploy_config.get("stages", {})
+    stages = [
+        {"name": stage.name, "kind": stage.kind, "replicas": replicas.get(stage.name, []),
+         "desired": stage_config.get(stage.name, {}).get("replicas", 1)}
+        for stage in config.stages
+    ]  # fmt: skip
+    return {
+        "deployment": deployment,
+        "graph": stage_graph(config, replicas),
+        "stages": stages,
+        "logs": _log_tail(deployment),
+        "can_manage": can_manage_deployments(request.user),
+    }
+
+
+def _log_tail(deployment) -> list[str]:
+    """Lifecycle lines from what the platform records (replica states, errors); the replica
+    hosts' own log files are not collected by the platform yet."""
+    lines = [f"{deployment.state_changed_at:%H:%M:%S} deployment {deployment.state} {deployment.state_reason}".rstrip()]
+    for replica in deployment.replicas.all():
+        line = f"{replica.state_changed_at:%H:%M:%S} {replica.stage}#{replica.index} {replica.state}"
+        if replica.state_reason:
+            line += f" — {replica.state_reason}"
+        if replica.last_error:
+            line += f" — error: {replica.last_error}"
+        lines.append(line)
+    return sorted(lines)[-50:]
+
+
+@signed_in
+def deployment_detail(request, name: str):
+    return render_page(request, "console/deployment.html", _context(request, _deployment(name)), active="dashboard")
+
+
+@signed_in
+def deployment_panel(request, name: str):
+    return render(request, "console/partials/deployment_panel.html", _context(request, _deployment(name)))
+
+
+@require_POST
+@manages_deployments
+def deployment_scale_view(request, name: str):
+    deployment = _deployment(name)
+    stage = request.POST.get("stage", "")
+    try:
+        replicas = int(request.POST.get("replicas", ""))
+    except ValueError:
+        messages.error(request, "Replicas: enter a whole number.")
+        return redirect("console:deployment", name=name)
+    try:
+        deployment_scale(deployment=deployment, stage=stage, replicas=replicas)
+    except DeploymentInvalid as error:
+        messages.error(request, f"{error.field.rpartition('.')[2].capitalize()}: {error.message}")
+    else:
+        messages.success(request, f"Scaling {stage} to {replicas} replica(s).")
+    return redirect("console:deployment", name=name)
+
+
+@require_POST
+@manages_deployments
+def deployment_stop_view(request, name: str):
+    deployment_stop(deployment=_deployment(name))
+    messages.success(request, f"Stopping {name}.")
+    return redirect("console:deployment", name=name)
+
+
+@require_POST
+@manages_deployments
+def deployment_start_view(request, name: str):
+    deployment_start(deployment=_deployment(name))
+    messages.success(request, f"Starting {name}.")
+    return redirect("console:deployment", name=name)
+
+
+@require_POST
+@manages_deployments
+def deployment_delete_view(request, name: str):
+    deployment_delete(deployment=_deployment(name))
+    messages.success(request, f"Deleted {name}.")
+    return redirect("console:dashboard")
