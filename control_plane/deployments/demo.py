@@ -47,5 +47,7 @@ def create_demo_deployments(user, out=sys.stdout) -> list[Deployment]:
             continue
         pipeline = Pipeline.objects.get(name=demo.pipeline)
         model_dir = str(Path(settings.MODELS_DIR) / demo.checkpoint)
-        created.append(deployment_create(name=demo.name, pipeline=pipeline, model_dir=model_dir, deploy_config={}, user=user))
+        created.append(
+            deployment_create(name=demo.name, pipeline=pipeline, model_dir=model_dir, deploy_config={}, user=user)
+        )
     return created

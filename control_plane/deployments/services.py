@@ -36,7 +36,9 @@ def validate_deploy_config(pipeline: Pipeline, data: dict) -> DeployConfig:
         stage_deploy = deploy.for_stage(stage)
         path = f"deploy_config.stages.{stage.name}"
         if stage_deploy.pool not in settings.KNOWN_POOLS:
-            raise DeploymentInvalid(f"{path}.pool", f"unknown pool {stage_deploy.pool!r} (known: {settings.KNOWN_POOLS})")
+            raise DeploymentInvalid(
+                f"{path}.pool", f"unknown pool {stage_deploy.pool!r} (known: {settings.KNOWN_POOLS})"
+            )
         if stage_deploy.device != "cpu":
             devices = live_devices() if devices is None else devices
             wanted = "cuda:0" if stage_deploy.device == "cuda" else stage_deploy.device

@@ -43,4 +43,6 @@ class Command(BaseCommand):
             self.stdout.write(f"Admin has {admin.api_keys.count()} API key(s); secrets are never shown again.")
         if not options["no_demo"]:
             for deployment in create_demo_deployments(admin, out=self.stdout):
-                self.stdout.write(self.style.SUCCESS(f"Created demo deployment '{deployment.name}' ({deployment.pipeline.name})"))
+                self.stdout.write(
+                    self.style.SUCCESS(f"Created demo deployment '{deployment.name}' ({deployment.pipeline.name})")
+                )
