@@ -1,0 +1,151 @@
+"""Per-request diffusion parameters, read from `StageRequest.params` and checked.
+
+Every check raises `InvalidRequest` naming the field, so one bad request fails alone.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from stages.diffusion.options import DiffusionOptions
+from stages.errors import InvalidRequest
+from stages.protocol import StageRequest
+
+IMAGE_FORMATS = ("png", "jpeg", "webp", "np")
+VIDEO_FORMATS = ("mp4", "np")
+
+
+@dataclass(frozen=True)
+class PipelineTraits:
+    """What a loaded pipeline needs from its inputs."""
+
+    size_multiple: int
+    """Height and width must be multiples of this (VAE downscale x transformer patch)."""
+    default_height: int
+    default_width: int
+    default_steps: int
+    default_guidance: float
+    is_video: bool = False
+    frame_multiple: int = 1
+    """Video: num_frames - 1 must be a multiple of this (the VAE's temporal downscale)."""
+    default_frames: int = 1
+    fps: int = 16
+
+
+@dataclass(frozen=True)
+class DiffusionParams:
+    prompt: str
+    negative_prompt: str
+    height: int
+    width: int
+    num_inference_steps: int
+    guidance_scale: float
+    seed: int
+    output_format: str
+    num_frames: int = 1
+
+    @property
+    def do_cfg(self) -> bool:
+        return self.guidance_scale > 1.0
+
+    def batch_key(self) -> tuple:
+        """Requests with equal keys can share one pipeline call (request batching)."""
+        return (self.height, self.width, self.num_inference_steps, self.guidance_scale, self.num_frames)
+
+
+def parse_params(request: StageRequest, traits: PipelineTraits, options: DiffusionOptions) -> DiffusionParams:
+    params = request.params
+    prompt = request_prompt(request)
+    height = _int(params, "height", options.default_height or traits.default_height)
+    width = _int(params, "width", options.default_width or traits.default_width)
+    _check_size("height", height, traits.size_multiple, options.max_height)
+    _check_size("width", width, traits.size_multiple, options.max_width)
+    steps = _int(params, "num_inference_steps", options.default_steps or traits.default_steps)
+    if not 1 <= steps <= options.max_steps:
+        raise InvalidRequest("num_inference_steps", f"must be between 1 and {options.max_steps}, got {steps}")
+    guidance = _float(params, "guidance_scale", _default_guidance(options, traits))
+    if not math.isfinite(guidance) or guidance < 0:
+        raise InvalidRequest("guidance_scale", f"must be a finite number >= 0, got {guidance}")
+    negative = params.get("negative_prompt") or ""
+    if not isinstance(negative, str):
+        raise InvalidRequest("negative_prompt", "must be a string")
+    seed = _int(params, "seed", None)
+    if seed is None:
+        seed = secrets.randbelow(2**31)
+    elif not 0 <= seed < 2**63:
+        raise InvalidRequest("seed", "must be between 0 and 2**63 - 1")
+    formats = VIDEO_FORMATS if traits.is_video else IMAGE_FORMATS
+    output_format = str(params.get("output_format") or formats[0]).lower()
+    output_format = "jpeg" if output_format == "jpg" else output_format
+    if output_format not in formats:
+        raise InvalidRequest("output_format", f"must be one of {', '.join(formats)}, got {output_format!r}")
+    num_frames = _frames(params, traits, options)
+    return DiffusionParams(
+        prompt=prompt,
+        negative_prompt=negative,
+        height=height,
+        width=width,
+        num_inference_steps=steps,
+        guidance_scale=guidance,
+        seed=seed,
+        output_format=output_format,
+        num_frames=num_frames,
+    )
+
+
+def request_prompt(request: StageRequest) -> str:
+    """The text to render: `prompt`, else `params["prompt"]`, else the last user message."""
+    prompt = request.prompt or request.params.get("prompt")
+    if not prompt and request.messages:
+        content = request.messages[-1].get("content", "")
+        if isinstance(content, list):
+            content = " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        prompt = content
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidRequest("prompt", "a diffusion stage needs a non-empty text prompt")
+    return prompt
+
+
+def _default_guidance(options: DiffusionOptions, traits: PipelineTraits) -> float:
+    return traits.default_guidance if options.default_guidance is None else options.default_guidance
+
+
+def _check_size(name: str, value: int, multiple: int, limit: int) -> None:
+    if value < multiple or value % multiple:
+        raise InvalidRequest(name, f"must be a positive multiple of {multiple}, got {value}")
+    if value > limit:
+        raise InvalidRequest(name, f"must be at most {limit} (this deployment's limit), got {value}")
+
+
+def _frames(params: dict[str, Any], traits: PipelineTraits, options: DiffusionOptions) -> int:
+    if not traits.is_video:
+        if params.get("num_frames") not in (None, 1):
+            raise InvalidRequest("num_frames", "this pipeline makes images; num_frames applies to video pipelines")
+        return 1
+    frames = _int(params, "num_frames", options.default_frames or traits.default_frames)
+    if frames < 1 or (frames - 1) % traits.frame_multiple:
+        raise InvalidRequest("num_frames", f"must be {traits.frame_multiple}k + 1 (e.g. 1, 5, 9, ...), got {frames}")
+    if frames > options.max_frames:
+        raise InvalidRequest("num_frames", f"must be at most {options.max_frames}, got {frames}")
+    return frames
+
+
+def _int(params: dict[str, Any], name: str, default: int | None) -> int | None:
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise InvalidRequest(name, f"must be an integer, got {value!r}")
+    return int(value)
+
+
+def _float(params: dict[str, Any], name: str, default: float) -> float:
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(name, f"must be a number, got {value!r}")
+    return float(value)
