@@ -16,4 +16,4 @@ COPY manage.py ./
 RUN pip install ".[${EXTRAS}]" \
  && for m in torchvision torchaudio torchcodec; do python -c "import $m" 2>/dev/null || pip uninstall -y $m || true; done
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "control_plane.asgi:application"]
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--websocket-max-message-size", "16777216", "--websocket-max-frame-size", "16777216", "control_plane.asgi:application"]

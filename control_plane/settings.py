@@ -151,7 +151,8 @@ MODELS_DIR = Path(env_str("OMNISTAGE_MODELS_DIR", str(VAR_DIR / "models")))
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "omni:channels"},
+        # a socket timeout above channels_redis's 5 s blocking read (redis-py 8 defaults to 5 s)
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "omni:channels"},
     }
 }
 

@@ -32,7 +32,7 @@ for module in torchvision torchaudio torchcodec; do
 done
 
 # Debian's Chromium drives the browser tests (Playwright never downloads a browser here).
-if ! command -v chromium >/dev/null 2>&1; then
+if ! command -v chromium >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
         echo "==> installing Debian's chromium and espeak-ng for the browser and voice tests"
         (apt-get install -y -q chromium espeak-ng >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium espeak-ng >/dev/null)) \

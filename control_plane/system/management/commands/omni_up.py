@@ -96,7 +96,12 @@ class Command(BaseCommand):
         return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env)
 
     def _web(self, host: str, port: int, env: dict[str, str]) -> Component:
-        argv = [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "control_plane.asgi:application"]
+        argv = [
+            sys.executable, "-m", "daphne", "-b", host, "-p", str(port),
+            # the Realtime API allows 15 MiB appends; daphne's default is 1 MiB
+            "--websocket-max-message-size", "16777216", "--websocket-max-frame-size", "16777216",
+            "control_plane.asgi:application",
+        ]  # fmt: skip
         url = f"http://{host}:{port}/health"
         return Component("web", argv, ready=lambda: _http_ok(url), env=env)
 

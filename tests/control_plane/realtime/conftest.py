@@ -1,0 +1,134 @@
+"""A live platform for the realtime tests (the runtime tests' pattern): a private
+redis-server, a real Celery worker pool, the orchestrator and daphne; an `echo-voice`
+deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit mono."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import wave
+
+import httpx
+import numpy as np
+import pytest
+from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+
+from control_plane.accounts.services import api_key_create
+from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
+from control_plane.realtime.resampling import resample
+
+WS_MAX_MESSAGE = 16 * 1024 * 1024
+VOICE_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"options": {"delay_s": 0.01}}}}
+
+
+class RealtimeStack:
+    def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
+        self.env = env
+        self.tmp = tmp_path
+        self.redis = RedisServer(tmp_path / "redis").start()
+        self.env["REDIS_URL"] = self.redis.url
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.ws_base = f"ws://127.0.0.1:{self.port}"
+        self.operator_secret = operator_secret
+        self.user_secret = user_secret
+        self.procs: dict[str, Proc] = {}
+        self.procs["worker"] = self._proc(
+            "worker",
+            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "realtime@%h",
+             "--without-mingle", "--without-gossip", "-l", "WARNING"],
+        )  # fmt: skip
+        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
+        self.procs["web"] = self._proc(
+            "web",
+            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+             "--websocket-max-message-size", str(WS_MAX_MESSAGE), "--websocket-max-frame-size", str(WS_MAX_MESSAGE),
+             "control_plane.asgi:application"],
+        )  # fmt: skip
+        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
+
+    def _proc(self, name: str, argv: list[str]) -> Proc:
+        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+
+    def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
+        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=60, **kwargs)
+
+    def deploy(self, name: str, pipeline: str, deploy_config: dict | None = None, model_dir: str = "-") -> None:
+        body = {"name": name, "pipeline": pipeline, "model_dir": model_dir, "deploy_config": deploy_config or {}}
+        response = self.http("POST", "/api/deployments/", secret=self.operator_secret, json=body)
+        assert response.status_code == 201, response.text
+
+    def wait_running(self, *names: str, timeout: float = 180) -> None:
+        for name in names:
+
+            def running(name=name):
+                body = self.http("GET", f"/api/deployments/{name}/", secret=self.operator_secret).json()
+                return body["state"] == "RUNNING"
+
+            wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+
+    def ws_url(self, model: str) -> str:
+        return f"{self.ws_base}/v1/realtime?model={model}"
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
+
+    def stop(self) -> None:
+        for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
+            self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
+        time.sleep(0.5)
+        for proc in self.procs.values():
+            proc.stop()
+        self.redis.stop()
+
+
+@pytest.fixture
+def realtime_users(transactional_db, django_user_model):
+    pipeline_sync(discover_pipelines())
+    operator = django_user_model.objects.create_user("rt-operator", password="x", is_staff=True)
+    _, operator_secret = api_key_create(
+        user=operator, name="ops", scopes=["inference", "deployments:read", "deployments:write", "admin"]
+    )
+    user = django_user_model.objects.create_user("rt-user", password="x")
+    _, user_secret = api_key_create(user=user, name="user", scopes=["inference"])
+    return {"operator": (operator, operator_secret), "user": (user, user_secret)}
+
+
+@pytest.fixture
+def realtime_stack(platform_env, tmp_path, realtime_users, settings):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    env = {
+        **platform_env,
+        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+        "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
+    }
+    live = RealtimeStack(env, tmp_path, realtime_users["operator"][1], realtime_users["user"][1])
+    try:
+        yield live
+    finally:
+        print(live.logs())  # shown by pytest only when the test failed
+        live.stop()
+
+
+@pytest.fixture
+def voice_stack(realtime_stack):
+    """The stack with an `echo-voice` deployment (text + audio) RUNNING."""
+    realtime_stack.deploy("echo-voice", "echo-voice", VOICE_OPTIONS)
+    realtime_stack.wait_running("echo-voice")
+    return realtime_stack
+
+
+@pytest.fixture(scope="session")
+def spoken_hello(tmp_path_factory) -> np.ndarray:
+    """'hello, how are you' spoken by espeak-ng, as float32 samples at 24 kHz."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+    path = tmp_path_factory.mktemp("speech") / "hello.wav"
+    subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
+    with wave.open(str(path), "rb") as reader:
+        rate = reader.getframerate()
+        pcm = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
+    return resample(pcm.astype(np.float32) / 32768.0, rate, 24000)
