@@ -200,7 +200,10 @@ except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
 
 # Demo deployments `make run` creates (name:pipeline:tiny checkpoint), comma-separated; empty for none.
-DEMO_DEPLOYMENTS = env_list("OMNISTAGE_DEMO", ["tiny-llm:llm:qwen2"])
+DEMO_DEPLOYMENTS = env_list(
+    "OMNISTAGE_DEMO",
+    ["tiny-llm:llm:qwen2", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
+)
 
 AUTHENTICATION_BACKENDS = ["control_plane.accounts.backends.ThrottledModelBackend"]
 try:

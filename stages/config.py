@@ -134,6 +134,9 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     connector: ConnectorChoice = "auto"
     options: dict[str, Any] = {}
     """Engine-specific switches (diffusion: cfg_batching, step_cache, cpu_offload …)."""
+    sampling: dict[str, Any] = {}
+    """Default sampling for this stage when a request gives none (e.g. a talker's max_tokens),
+    over the pipeline's own default."""
 
     def validate(self, path: str) -> None:
         if self.replicas < 1:
@@ -148,6 +151,15 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.prefill_chunk", "must be at least 1")
         if self.async_chunk_size < 1 or self.first_chunk_size < 1:
             raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")
+        if self.sampling:
+            from stages.protocol import SamplingParams
+
+            try:
+                msgspec.convert(self.sampling, SamplingParams).validate()
+            except msgspec.ValidationError as error:
+                raise ConfigError(f"{path}.sampling", str(error)) from None
+            except Exception as error:  # InvalidRequest names the sampling field
+                raise ConfigError(f"{path}.sampling", str(error)) from None
         if not _is_device(self.device):
             raise ConfigError(f"{path}.device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if not self.pool or not self.pool.replace(".", "").replace("-", "").replace("_", "").isalnum():

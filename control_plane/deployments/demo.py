@@ -13,6 +13,14 @@ from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.services import deployment_create
 
 
+# The tiny checkpoints are random: their talkers never sample end-of-speech, so the demo
+# caps the codec tokens a reply may take (150 codes = 3 s of speech at 50 codes/s).
+DEMO_DEPLOY_CONFIGS = {
+    "qwen2_5_omni": {"stages": {"talker": {"sampling": {"max_tokens": 150}}}},
+    "qwen3_omni": {"stages": {"talker": {"sampling": {"max_tokens": 40}}}},
+}
+
+
 @dataclass(frozen=True)
 class DemoDeployment:
     name: str
@@ -48,6 +56,12 @@ def create_demo_deployments(user, out=sys.stdout) -> list[Deployment]:
         pipeline = Pipeline.objects.get(name=demo.pipeline)
         model_dir = str(Path(settings.MODELS_DIR) / demo.checkpoint)
         created.append(
-            deployment_create(name=demo.name, pipeline=pipeline, model_dir=model_dir, deploy_config={}, user=user)
+            deployment_create(
+                name=demo.name,
+                pipeline=pipeline,
+                model_dir=model_dir,
+                deploy_config=DEMO_DEPLOY_CONFIGS.get(demo.pipeline, {}),
+                user=user,
+            )
         )
     return created

@@ -375,10 +375,15 @@ class Orchestrator:
         return self._send(state, target, request, at)
 
     def _sampling_for(self, state: RequestState, stage: StageConfig) -> SamplingParams | None:
+        """The request's own sampling for the stage, else the pipeline's default with the
+        deployment's overrides (`DeployConfig.stages[name].sampling`)."""
         if stage.name in state.sampling:
             return state.sampling[stage.name]
-        if stage.default_sampling:
-            return msgspec.convert(stage.default_sampling, SamplingParams)
+        deployment = self.deployments.get(state.deployment_id)
+        overrides = deployment.deploy.stages.get(stage.name) if deployment else None
+        merged = {**stage.default_sampling, **(overrides.sampling if overrides else {})}
+        if merged:
+            return msgspec.convert(merged, SamplingParams)
         return None
 
     def _finish_stage(self, state: RequestState, stage_id: int, reason: str | None, at: float) -> None:

@@ -1,0 +1,203 @@
+"""Omnistage's omni pipeline vs transformers' `generate(return_audio=True)` one request at a time.
+
+    python benchmarks/omni_pipeline.py --device cpu --model tiny [--family qwen2_5_omni] [--text 32 --codes 64]
+
+Prints, for transformers (sequential) and Omnistage at concurrency 1, 4 and 8: requests/s, TTFT, TTFP,
+E2EL and RTF (wall seconds per second of audio), plus the throughput ratio against transformers.
+Both sides decode greedily with fixed lengths (min = max tokens) so the work is the same.
+`--model 7b-shaped` builds Qwen2.5-Omni-7B-shaped random bf16 weights the way
+shared/reference/gpu-baselines/hf_omni_baseline.py does (needs a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def build_model(kind: str, family: str, root: Path, device: str) -> Path:
+    from stages.tiny import build
+
+    if kind == "tiny":
+        return build(family, root / family)
+    if family != "qwen2_5_omni":
+        raise SystemExit("--model 7b-shaped is only defined for qwen2_5_omni")
+    return build_7b_shaped(root / "qwen2_5_omni_7b", device)
+
+
+def build_7b_shaped(out: Path, device: str) -> Path:
+    """Qwen2.5-Omni-7B dimensions, random bf16 weights, the tiny tokenizer/processor files."""
+    import torch
+    from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
+
+    from stages.tiny import qwen_omni
+
+    qwen_omni.build_qwen2_5_omni(out)  # tokenizer, processor, spk_dict layout
+    cfg = Qwen2_5OmniConfig(
+        thinker_config=dict(
+            text_config=dict(
+                hidden_size=3584,
+                intermediate_size=18944,
+                num_hidden_layers=28,
+                num_attention_heads=28,
+                num_key_value_heads=4,
+                vocab_size=152064,
+            )
+        ),
+        talker_config=dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=12,
+            num_key_value_heads=4,
+            head_dim=128,
+            embedding_size=3584,
+            vocab_size=8448,
+        ),
+        token2wav_config=dict(dit_config=dict(num_embeds=8448)),
+    )
+    for part in (cfg.thinker_config, cfg.talker_config):
+        part.vision_start_token_id, part.vision_end_token_id, part.vision_token_id = 151652, 151653, 151654
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2_5OmniForConditionalGeneration(cfg).to(torch.bfloat16)
+    model.token2wav.float()
+    (out / "model.safetensors").unlink()
+    model.save_pretrained(out)
+    dit = cfg.token2wav_config.dit_config
+    torch.save(
+        {
+            name: {
+                "bos_token": bos,
+                "cond": torch.randn(1, dit.enc_emb_dim),
+                "ref_mel": torch.randn(1, 300, dit.mel_dim),
+            }
+            for name, bos in (("Chelsie", 151872), ("Ethan", 151870))
+        },
+        out / "spk_dict.pt",
+    )
+    return out
+
+
+def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_codes: int, repeats: int) -> list[dict]:
+    import torch
+
+    if family == "qwen2_5_omni":
+        from transformers import Qwen2_5OmniForConditionalGeneration as Model
+
+        from stages.models.qwen2_5_omni import processor
+
+        kwargs = {"speaker": "Chelsie", "talker_eos_token_id": [8292, 8294]}
+    else:
+        from transformers import Qwen3OmniMoeForConditionalGeneration as Model
+
+        from stages.models.qwen3_omni import processor
+
+        kwargs = {"speaker": "ethan"}
+    model = Model.from_pretrained(model_dir, dtype="auto").to(device).eval()
+    proc = processor(str(model_dir))
+    text = proc.tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    inputs = proc(text=text, return_tensors="pt").to(device)
+    results = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        _, wav = model.generate(
+            **inputs,
+            thinker_max_new_tokens=n_text,
+            thinker_min_new_tokens=n_text,
+            thinker_do_sample=False,
+            talker_max_new_tokens=n_codes,
+            talker_do_sample=False,
+            return_audio=True,
+            **kwargs,
+        )
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        e2el = time.perf_counter() - start
+        seconds = wav.numel() / 24000
+        results.append({"ttft_s": e2el, "ttfp_s": e2el, "e2el_s": e2el, "audio_s": seconds})
+    return results[1:]
+
+
+async def omnistage_run(model_dir: Path, device: str, n_text: int, n_codes: int, concurrency: int, rounds: int):
+    from stages.omni import AsyncOmni
+
+    stage = {"device": device, "dtype": "bfloat16" if device.startswith("cuda") else "float32"}
+    deploy = {"stages": {"thinker": stage, "talker": stage, "code2wav": {"device": device}}}
+    async with AsyncOmni(model_dir, deploy=deploy) as omni:
+
+        async def one(index: int) -> dict:
+            start = time.perf_counter()
+            result = await omni.generate_all(
+                MESSAGES,
+                {"temperature": 0, "max_tokens": n_text, "min_tokens": n_text},
+                request_id=f"bench-{concurrency}-{index}-{time.monotonic_ns()}",
+                stage_sampling={"talker": {"temperature": 0, "max_tokens": n_codes}},
+            )
+            metrics = dict(result.metrics)
+            metrics["audio_s"] = 0 if result.audio is None else len(result.audio) / 24000
+            metrics["e2el_s"] = metrics.get("e2el_s", time.perf_counter() - start)
+            return metrics
+
+        await one(-1)  # warm-up
+        results, start = [], time.perf_counter()
+        for _ in range(rounds):
+            results += await asyncio.gather(*(one(i) for i in range(concurrency)))
+        return results, time.perf_counter() - start
+
+
+MESSAGES = [{"role": "user", "content": "Tell me a short story about the sea."}]
+
+
+def summary(name: str, results: list[dict], wall: float) -> dict:
+    rps = len(results) / wall
+    mean = lambda key: statistics.mean(r.get(key, float("nan")) for r in results)  # noqa: E731
+    rtf = statistics.mean(r["e2el_s"] / r["audio_s"] for r in results if r["audio_s"])
+    print(
+        f"{name:28s} req/s {rps:7.3f}  TTFT {mean('ttft_s'):7.3f}s  TTFP {mean('ttfp_s'):7.3f}s  "
+        f"E2EL {mean('e2el_s'):7.3f}s  RTF {rtf:6.3f}  audio {mean('audio_s'):5.2f}s"
+    )
+    return {"rps": rps}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default="tiny", choices=["tiny", "7b-shaped"])
+    parser.add_argument("--family", default="qwen2_5_omni", choices=["qwen2_5_omni", "qwen3_omni"])
+    parser.add_argument("--text", type=int, default=32)
+    parser.add_argument("--codes", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_model(args.model, args.family, Path(tmp), args.device)
+        start = time.perf_counter()
+        hf = transformers_run(model_dir, args.family, args.device, args.text, args.codes, args.repeats)
+        hf_wall = sum(r["e2el_s"] for r in hf)
+        del start
+        base = summary("transformers (sequential)", hf, hf_wall)
+        for concurrency in (1, 4, 8):
+            results, wall = asyncio.run(
+                omnistage_run(
+                    model_dir,
+                    args.device,
+                    args.text,
+                    args.codes,
+                    concurrency,
+                    max(1, args.repeats if concurrency == 1 else 1),
+                )
+            )
+            ours = summary(f"omnistage concurrency {concurrency}", results, wall)
+            print(f"{'':28s} throughput vs transformers: {ours['rps'] / base['rps']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Qwen2.5-Omni token2wav as a window decoder: codec codes -> mel (DiT, flow-matching ODE) -> 24 kHz audio.
+
+Dataflow of `Qwen2_5OmniToken2WavModel.forward` (= `generate(return_audio=True)`'s last step):
+the DiT integrates an ODE (RK4, `num_steps=10` time points with sway -1.0, classifier-free
+guidance 0.5 with the uncond batch stacked) from Gaussian noise `[1, 2T, 80]` (two mel frames
+per code) conditioned on the speaker's `cond` and `ref_mel` (spk_dict.pt); BigVGAN turns the
+mel into 240 samples per mel frame (480 per code).
+
+Noise: each request draws `[1, 2 * max_length, 80]` once from its own generator seeded with
+the request's `seed` (default 0). CPU `torch.randn` fills a prefix-consistent stream, so the
+first 2T rows equal `torch.manual_seed(seed); torch.randn([1, 2T, 80])`, which is what HF draws.
+
+Whole sequence (async chunk off, or all codes in before the first chunk): identical to HF.
+Chunks: the DiT's attention sees one 24-frame block ahead/behind per layer, but the ODE's
+~36 function evaluations spread that to the whole sequence, so no finite context makes a
+chunk exact. A chunk [s, e) is decoded from codes [a, e + lookahead) with a = s - left_context
+rounded down to a DiT block (so block boundaries align with the whole decode) and the noise
+rows of exactly those positions; its audio is the window's samples for [s, e). The difference
+from the whole decode is bounded in tests/stages/omni/test_omni_token2wav_chunks.py.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from stages.errors import InvalidRequest
+from stages.generation.engine import Window
+from stages.protocol import StageRequest
+
+SAMPLE_RATE = 24000
+MEL_SAMPLES = 240
+DEFAULT_VOICE = "Chelsie"
+
+
+class Token2WavDecoder:
+    sample_rate = SAMPLE_RATE
+
+    def __init__(
+        self,
+        module,
+        speakers: dict[str, dict],
+        *,
+        device: str,
+        max_frames: int,
+        left_context: int = 48,
+        lookahead: int = 12,
+        num_steps: int = 10,
+        guidance_scale: float = 0.5,
+        sway: float = -1.0,
+    ):
+        self.module = module
+        self.dit = module.code2wav_dit_model
+        self.bigvgan = module.code2wav_bigvgan_model
+        self.speakers = {name.lower(): (name, value) for name, value in speakers.items()}
+        self.device = device
+        self.max_frames = max_frames
+        self.repeats = self.dit.config.repeats
+        self.block = self.dit.config.block_size // self.repeats
+        self.left_context = left_context
+        self.lookahead = lookahead
+        self.num_steps, self.guidance_scale, self.sway = num_steps, guidance_scale, sway
+        self.num_codes = self.dit.config.num_embeds
+
+    def open(self, request: StageRequest) -> Any:
+        import torch
+
+        voice = request.params.get("voice") or DEFAULT_VOICE
+        if str(voice).lower() not in self.speakers:
+            raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {sorted(self.speakers)}")
+        speaker = self.speakers[str(voice).lower()][1]
+        generator = torch.Generator().manual_seed(int(request.params.get("seed", 0)))
+        noise = torch.randn([1, self.repeats * self.max_frames, self.dit.config.mel_dim], generator=generator)
+        return {
+            "cond": speaker["cond"].float().to(self.device),
+            "ref_mel": speaker["ref_mel"].float().to(self.device),
+            "noise": noise.to(self.device),
+        }
+
+    def frames_of(self, request: StageRequest) -> list[Any]:
+        codes = list(request.prompt_token_ids or [])
+        if any(not 0 <= code < self.num_codes for code in codes):
+            raise InvalidRequest("codes", f"codec codes must lie in [0, {self.num_codes})")
+        return codes
+
+    def decode(self, windows: list[Window]) -> list[np.ndarray]:
+        import torch
+
+        spans = [self._span(window) for window in windows]
+        codes = torch.tensor(
+            [window.stream.frames[a:b] for window, (a, b) in zip(windows, spans, strict=False)], device=self.device
+        )
+        cond = torch.cat([window.stream.conditioning["cond"] for window in windows])
+        ref_mel = torch.cat([window.stream.conditioning["ref_mel"] for window in windows])
+        noise = torch.cat(
+            [
+                w.stream.conditioning["noise"][:, self.repeats * a : self.repeats * b]
+                for w, (a, b) in zip(windows, spans, strict=False)
+            ]
+        )
+        with torch.no_grad(), _speaker_encoder_cached(self.dit):
+            mel = self._sample(cond, ref_mel, codes, noise)
+            wavs = [
+                self.bigvgan(mel[index : index + 1]).reshape(-1).float().cpu().numpy() for index in range(len(windows))
+            ]
+        per_code = self.repeats * MEL_SAMPLES
+        results = []
+        for window, (a, _), samples in zip(windows, spans, wavs, strict=False):
+            begin = (window.start - a) * per_code
+            end = samples.shape[-1] if window.final else (window.end - a) * per_code
+            results.append(samples[begin:end])
+        return results
+
+    def _span(self, window: Window) -> tuple[int, int]:
+        if window.start == 0 and window.final:
+            return 0, window.end
+        start = max(0, (window.start - self.left_context) // self.block * self.block)
+        end = window.end if window.final else window.end + self.lookahead
+        return start, end
+
+    def _sample(self, cond, ref_mel, codes, initial_state):
+        """`Qwen2_5OmniToken2WavDiTModel.sample` with the initial noise given (its own draws it)."""
+        import torch
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
+
+        dit = self.dit
+        duration = codes.shape[1] * self.repeats
+        conditioning = cond.unsqueeze(1).repeat(1, duration, 1)
+        guidance = self.guidance_scale
+
+        def ode_function(time_step, hidden_states):
+            if guidance < 1e-5:
+                return dit(
+                    hidden_states=hidden_states,
+                    speaker_embedding=conditioning,
+                    condition_vector=ref_mel,
+                    quantized_code=codes,
+                    time_step=time_step,
+                    drop_audio_conditioning=False,
+                    drop_code=False,
+                    apply_cfg=False,
+                )
+            output = dit(
+                hidden_states=hidden_states,
+                quantized_code=codes,
+                speaker_embedding=conditioning,
+                condition_vector=ref_mel,
+                time_step=time_step,
+                apply_cfg=True,
+            )
+            guided, null = torch.chunk(output, 2, dim=0)
+            return guided + (guided - null) * guidance
+
+        times = torch.linspace(0, 1, self.num_steps, device=codes.device, dtype=conditioning.dtype)
+        if self.sway is not None:
+            times += self.sway * (torch.cos(torch.pi / 2 * times) - 1 + times)
+        trajectory = RungeKutta4ODESolver(function=ode_function, initial_value=initial_state).integrate(times)
+        return trajectory[-1].permute(0, 2, 1)
+
+
+@contextmanager
+def _speaker_encoder_cached(dit):
+    """The DiT re-encodes the same reference mel (ECAPA) at every ODE evaluation; within one decode the
+    input never changes, so its output is computed once. Same op on the same input: identical results."""
+    encoder = dit.input_embed.spk_encoder
+    dit.input_embed.spk_encoder = _Memoized(encoder)
+    try:
+        yield
+    finally:
+        dit.input_embed.spk_encoder = encoder
+
+
+def _memoized_module():
+    import torch
+
+    class Memoized(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.last_input = None
+            self.last_output = None
+
+        def forward(self, hidden_states):
+            previous = self.last_input
+            if previous is None or previous.shape != hidden_states.shape or not torch.equal(previous, hidden_states):
+                self.last_input, self.last_output = hidden_states, self.inner(hidden_states)
+            return self.last_output
+
+    return Memoized
+
+
+def _Memoized(inner):  # noqa: N802 - a class built on first use keeps torch out of this module's import
+    return _memoized_module()(inner)

@@ -1,0 +1,91 @@
+"""Loading one stage's submodule (and only its weights) from a whole omni checkpoint.
+
+The checkpoint directory holds one `model.safetensors` (or shards with an index) for the
+whole `...ForConditionalGeneration`; each stage builds its own submodule from the matching
+sub-config and loads the tensors under its prefix (`thinker.`, `talker.`, `token2wav.`,
+`code2wav.`). A few rows of another stage's embedding (speaker / tts tokens the talker
+needs from the thinker's vocabulary) are read by slicing, never the whole matrix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stages.errors import ConfigError
+
+
+def weight_files(model_dir: str | Path) -> list[Path]:
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [model_dir / shard for shard in shards]
+    single = model_dir / "model.safetensors"
+    if not single.is_file():
+        raise ConfigError("model", f"{model_dir} has no model.safetensors")
+    return [single]
+
+
+def load_state(model_dir: str | Path, prefix: str, device: str = "cpu") -> dict[str, Any]:
+    """Every tensor under `prefix` (the prefix stripped)."""
+    from safetensors import safe_open
+
+    state = {}
+    for path in weight_files(model_dir):
+        with safe_open(str(path), framework="pt", device=device) as handle:
+            for key in handle.keys():
+                if key.startswith(prefix):
+                    state[key[len(prefix) :]] = handle.get_tensor(key)
+    if not state:
+        raise ConfigError("model", f"{model_dir} holds no weights under {prefix!r}")
+    return state
+
+
+def load_submodule(model_dir: str | Path, module_class: type, config: Any, prefix: str, *, device: str, dtype: Any):
+    """Build `module_class(config)` on `device` and load its weights from the checkpoint."""
+    import torch
+
+    with torch.device(device):
+        module = module_class._from_config(config, dtype=dtype)
+    state = fuse_experts(load_state(model_dir, prefix, device=device), module.state_dict().keys())
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if unexpected or [key for key in missing if not key.endswith("inv_freq")]:
+        raise ConfigError("model", f"{prefix} weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return module.to(dtype).eval()
+
+
+def load_rows(model_dir: str | Path, key: str, rows: list[int], device: str = "cpu"):
+    """Rows `rows` of the tensor `key` (e.g. a few thinker embedding rows), read by slicing."""
+    import torch
+    from safetensors import safe_open
+
+    for path in weight_files(model_dir):
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            if key in handle.keys():
+                tensor_slice = handle.get_slice(key)
+                return torch.stack([tensor_slice[row : row + 1][0] for row in rows]).to(device)
+    raise ConfigError("model", f"{model_dir} has no tensor {key!r}")
+
+
+def fuse_experts(state: dict[str, Any], wanted) -> dict[str, Any]:
+    """Checkpoints store MoE experts one by one (`experts.{e}.gate_proj.weight` ...); transformers'
+    modules hold them fused (`experts.gate_up_proj` [E, 2I, H], `experts.down_proj` [E, H, I])."""
+    import re
+
+    import torch
+
+    pattern = re.compile(r"(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+    grouped: dict[str, dict[int, dict[str, Any]]] = {}
+    for key in list(state):
+        match = pattern.match(key)
+        if match and f"{match.group(1)}.gate_up_proj" in wanted:
+            grouped.setdefault(match.group(1), {}).setdefault(int(match.group(2)), {})[match.group(3)] = state.pop(key)
+    for base, experts in grouped.items():
+        order = sorted(experts)
+        state[f"{base}.gate_up_proj"] = torch.stack(
+            [torch.cat([experts[e]["gate_proj"], experts[e]["up_proj"]]) for e in order]
+        )
+        state[f"{base}.down_proj"] = torch.stack([experts[e]["down_proj"] for e in order])
+    return state

@@ -1,0 +1,89 @@
+"""The omni pipelines equal transformers' own `generate(..., return_audio=True)` on the tiny checkpoints.
+
+Both sides are greedy: the thinker with `thinker_do_sample=False` / temperature 0, the talker with
+`talker_do_sample=False` / temperature 0 (the talker's repetition penalty 1.05 and suppressed tokens
+apply on both sides, and for Qwen3 the code predictor is greedy too). Token2wav's diffusion noise is
+the first draw after `torch.manual_seed(0)` on the HF side and the request's seed 0 here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import hf_reference, run_chain
+
+from stages.protocol import SamplingParams, StageRequest
+
+MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "Hello, tell me a story."}]}]
+N_TEXT, N_CODES = 10, 24
+CHUNKS = {
+    "qwen2_5_omni": {"first_chunk_size": 4, "async_chunk_size": 10},
+    "qwen3_omni": {"first_chunk_size": 2, "async_chunk_size": 3},
+}
+
+
+def _close(ours: np.ndarray, theirs: np.ndarray) -> bool:
+    scale = float(np.abs(theirs).max()) or 1.0
+    return ours.shape == theirs.shape and np.allclose(ours, theirs, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.fixture(scope="module")
+def references(omni_models):
+    return {family: hf_reference(family, omni_models[family], MESSAGES, N_TEXT, N_CODES) for family in omni_models}
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+@pytest.mark.parametrize("async_chunk", [False, True])
+def test_omni_offline_api_equals_transformers(omni_models, references, family, async_chunk):
+    from stages.omni import Omni
+
+    reference = references[family]
+    deploy = {"async_chunk": async_chunk, "stages": {"code2wav": {"first_chunk_size": 3, "async_chunk_size": 5}}}
+    with Omni(omni_models[family], deploy=deploy) as omni:
+        [result] = omni.generate(
+            MESSAGES,
+            {"temperature": 0, "max_tokens": N_TEXT, "stop_token_ids": [151645]},
+            stage_sampling={"talker": {"temperature": 0, "max_tokens": N_CODES}},
+        )
+    assert result.token_ids == reference["tokens"]
+    assert result.sample_rate == 24000
+    assert _close(result.audio, reference["wav"]), np.abs(result.audio - reference["wav"]).max()
+    for metric in ("ttft_s", "ttfp_s", "e2el_s"):
+        assert metric in result.metrics
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+def test_omni_stage_chain_codes_equal_transformers(omni_models, references, family):
+    reference = references[family]
+    request = StageRequest(
+        request_id="r0",
+        messages=MESSAGES,
+        sampling=SamplingParams(temperature=0, max_tokens=N_TEXT, stop_token_ids=[151645]),
+    )
+    talker = SamplingParams(temperature=0, max_tokens=N_CODES)
+    # Small chunks force the code2wav stage to stream with left context rather than decode once
+    # (Qwen2.5's token2wav runs a whole ODE per chunk, so its chunks are larger to keep the test quick).
+    [result] = run_chain(family, omni_models[family], [request], talker, CHUNKS[family]).values()
+    assert result["tokens"] == reference["tokens"]
+    assert result["codes"] == reference["codes"]
+    assert len(result["codes"]) > 0
+    assert _close(result["audio"], reference["wav"])
+
+
+@pytest.mark.parametrize(("family", "with_image"), [("qwen2_5_omni", False), ("qwen3_omni", True)])
+def test_omni_audio_image_prompt_equals_transformers(omni_models, family, with_image):
+    """Qwen2.5-Omni is checked with audio only: transformers 5.19's own generate(return_audio=True) cannot
+    take an image there (it forwards `pixel_values` to the talker's generate, which rejects them)."""
+    from test_omni_streaming import _mm_request
+
+    from stages.models.omni_inputs import split_messages
+
+    request = _mm_request(440.0, 0, max_tokens=6, with_image=with_image)
+    _, audios, images = split_messages(request.messages)
+    conversation, _, _ = split_messages(request.messages)
+    media = {"audio": audios, **({"images": images} if with_image else {})}
+    reference = hf_reference(family, omni_models[family], conversation, 6, 8, **media)
+    [result] = run_chain(family, omni_models[family], [request], SamplingParams(temperature=0, max_tokens=8)).values()
+    assert result["tokens"] == reference["tokens"]
+    assert result["codes"] == reference["codes"]
+    assert _close(result["audio"], reference["wav"])

@@ -1,0 +1,224 @@
+"""Chunked code2wav, concurrency, multimodal inputs, cancellation, failures and bad input for the omni pipelines."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import pytest
+from conftest import run_chain
+
+from stages.config import StageDeployConfig
+from stages.errors import InvalidRequest
+from stages.protocol import SamplingParams, StageRequest
+from stages.tensors import to_numpy, to_wire
+
+GREEDY_TALKER = SamplingParams(temperature=0, max_tokens=16)
+
+
+def _drive(engine, chunks, make):
+    outputs = []
+    engine.add_request(make(chunks[0], 0, len(chunks) == 1))
+    fed = 1
+    while engine.has_unfinished():
+        outputs += engine.step()
+        if fed < len(chunks):
+            engine.add_chunk(make(chunks[fed], fed, fed == len(chunks) - 1))
+            fed += 1
+    return outputs
+
+
+def _audio(outputs):
+    return np.concatenate([to_numpy(output.payloads["audio"]) for output in outputs])
+
+
+def test_omni_code2wav_chunks_equal_whole_sequence(omni_models):
+    from stages.models.qwen3_omni import build_code2wav
+
+    codes = np.random.default_rng(0).integers(0, 2048, size=(60, 16)).astype(np.int32)
+    engine = build_code2wav(omni_models["qwen3_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=10))
+
+    def make(part, seq, finished):
+        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, payloads={"codes": to_wire(part)})
+
+    whole = _audio(_drive(engine, [codes], make))
+    outputs = _drive(engine, [codes[i : i + 4] for i in range(0, 60, 4)], make)
+    assert len(outputs) > 3 and outputs[0].params["frames"] == [0, 5]
+    chunked = _audio(outputs)
+    assert chunked.shape == whole.shape
+    assert np.allclose(chunked, whole, rtol=1e-5, atol=1e-6 * np.abs(whole).max())
+
+
+def test_omni_token2wav_chunks_within_documented_tolerance(omni_models):
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    codes = np.random.default_rng(0).integers(0, 8192, size=36).tolist()
+    engine = build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=10))
+
+    def make(part, seq, finished):
+        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
+
+    whole = _audio(_drive(engine, [codes], make))
+    outputs = _drive(engine, [codes[i : i + 3] for i in range(0, 36, 3)], make)
+    chunked = _audio(outputs)
+    assert len(outputs) >= 3 and chunked.shape == whole.shape == (36 * 480,)
+    # The DiT's ODE spreads every code over the whole sequence: chunks are close, not equal.
+    assert np.linalg.norm(chunked - whole) / np.linalg.norm(whole) < 1e-3
+
+
+def test_omni_eight_concurrent_requests_equal_one_at_a_time(omni_models):
+    model = omni_models["qwen2_5_omni"]
+    requests = [
+        StageRequest(
+            request_id=f"r{i}",
+            messages=[{"role": "user", "content": "word " * (1 + 3 * i)}],
+            sampling=SamplingParams(temperature=0, max_tokens=4 + i),
+        )
+        for i in range(8)
+    ]
+    together = run_chain(
+        "qwen2_5_omni", model, requests, GREEDY_TALKER, {"first_chunk_size": 4, "async_chunk_size": 12}
+    )
+    for request in (requests[0], requests[7]):
+        [alone] = run_chain("qwen2_5_omni", model, [request], GREEDY_TALKER).values()
+        ours = together[request.request_id]
+        assert ours["tokens"] == alone["tokens"] and ours["codes"] == alone["codes"]
+        assert np.allclose(ours["audio"], alone["audio"], rtol=1e-4, atol=1e-5 * np.abs(alone["audio"]).max())
+
+
+def _wav_b64(seconds=1.0, freq=440.0) -> str:
+    import soundfile
+
+    t = np.arange(int(16000 * seconds)) / 16000
+    buffer = io.BytesIO()
+    soundfile.write(buffer, (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32), 16000, format="WAV")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _png_b64(seed: int) -> str:
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 255, size=(56, 56, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _mm_request(audio_freq: float, image_seed: int, max_tokens: int = 6, with_image: bool = True) -> StageRequest:
+    content = [{"type": "audio", "audio": _wav_b64(freq=audio_freq)}]
+    if with_image:
+        content.append({"type": "image", "image": _png_b64(image_seed)})
+    content.append({"type": "text", "text": "What is this?"})
+    return StageRequest(
+        request_id="mm",
+        messages=[{"role": "user", "content": content}],
+        sampling=SamplingParams(temperature=0, max_tokens=max_tokens, stop_token_ids=[151645]),
+    )
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+def test_omni_audio_and_image_reach_the_thinker(omni_models, family):
+    from stages.models import get_family, load_stage_engine
+
+    model = omni_models[family]
+    engine = load_stage_engine(family, "thinker", model, StageDeployConfig())
+    placeholder = {"qwen2_5_omni": (151646, 151655), "qwen3_omni": (151675, 151655)}[family]
+
+    def first_output(audio_freq, image_seed):
+        request = _mm_request(audio_freq, image_seed)
+        prepared = get_family(family).prepare_request(request, model)
+        engine.add_request(request)
+        [output] = engine.step()
+        engine.abort(request.request_id)
+        return prepared, output
+
+    prepared, base = first_output(440.0, 0)
+    assert {"input_features", "feature_attention_mask", "pixel_values", "image_grid_thw"} <= set(prepared.payloads)
+    ids = prepared.prompt_token_ids
+    assert ids.count(placeholder[0]) > 1 and ids.count(placeholder[1]) > 1  # placeholders expanded
+    for changed in (first_output(880.0, 0)[1], first_output(440.0, 1)[1]):
+        assert not np.allclose(to_numpy(changed.payloads["hidden"]), to_numpy(base.payloads["hidden"]))
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        ([{"type": "video", "video": "x"}], "messages[0].content[0].type"),
+        ([{"type": "hologram"}], "messages[0].content[0].type"),
+        ([{"type": "audio", "audio": base64.b64encode(b"not audio").decode()}], "messages[0].content[0].audio"),
+        ([{"type": "audio", "audio": "%%%"}], "messages[0].content[0].audio"),
+        ([{"type": "image", "image": base64.b64encode(b"not an image").decode()}], "messages[0].content[0].image"),
+    ],
+)
+def test_omni_bad_input_names_the_field(omni_models, content, field):
+    from stages.models import get_family
+
+    request = StageRequest(request_id="bad", messages=[{"role": "user", "content": content}])
+    with pytest.raises(InvalidRequest) as raised:
+        get_family("qwen2_5_omni").prepare_request(request, omni_models["qwen2_5_omni"])
+    assert raised.value.param == field
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+def test_omni_unknown_voice_is_refused(omni_models, family):
+    from stages.omni import Omni
+
+    with Omni(omni_models[family]) as omni, pytest.raises(InvalidRequest) as raised:
+        omni.generate({"messages": [{"role": "user", "content": "hi"}], "params": {"voice": "Nobody"}})
+    assert raised.value.param == "voice"
+
+
+def test_omni_code2wav_failure_of_one_request_leaves_others(omni_models):
+    from stages.models.qwen3_omni import build_code2wav
+
+    engine = build_code2wav(omni_models["qwen3_omni"], StageDeployConfig(first_chunk_size=2, async_chunk_size=2))
+    good = np.random.default_rng(1).integers(0, 2048, size=(8, 16)).astype(np.int32)
+    engine.add_request(
+        StageRequest(request_id="good", stage_id=2, finished=False, payloads={"codes": to_wire(good[:4])})
+    )
+    engine.add_request(
+        StageRequest(request_id="bad", stage_id=2, finished=False, payloads={"codes": to_wire(good[:4])})
+    )
+    with pytest.raises(InvalidRequest) as raised:
+        engine.add_chunk(
+            StageRequest(request_id="bad", stage_id=2, seq=1, payloads={"codes": to_wire(good[:2] + 5000)})
+        )
+    assert raised.value.param == "codes"
+    engine.abort("bad")
+    engine.add_chunk(StageRequest(request_id="good", stage_id=2, seq=1, payloads={"codes": to_wire(good[4:])}))
+    outputs = []
+    while engine.has_unfinished():
+        outputs += engine.step()
+    assert {output.request_id for output in outputs} == {"good"}
+    assert outputs[-1].finished and not any(output.error for output in outputs)
+
+
+async def test_omni_cancel_mid_audio_frees_every_stage(omni_models):
+    from stages.omni import AsyncOmni
+
+    deploy = {"stages": {"code2wav": {"first_chunk_size": 2, "async_chunk_size": 2}}}
+    async with AsyncOmni(omni_models["qwen3_omni"], deploy=deploy) as omni:
+        stream = omni.generate(
+            [{"role": "user", "content": "Tell me a long story"}],
+            {"temperature": 0, "max_tokens": 40},
+            request_id="cancel-me",
+            stage_sampling={"talker": {"temperature": 0, "max_tokens": 64}},
+        )
+        async for delta in stream:
+            if delta.audio is not None:
+                omni.abort("cancel-me")
+                break
+        await stream.aclose()
+        import asyncio
+
+        for _ in range(100):
+            engines = _engines(omni)
+            if engines and not any(engine.has_unfinished() for engine in engines):
+                break
+            await asyncio.sleep(0.05)
+        assert engines and not any(engine.has_unfinished() for engine in engines)
+
+
+def _engines(omni) -> list:
+    return [replica.engine for replica in omni._driver.replicas.values()]
