@@ -54,6 +54,7 @@ def navigation(request) -> dict:
         ("image", "Image", reverse("console:playground", args=["image"])),
         ("speech", "Speech", reverse("console:playground", args=["speech"])),
         ("video", "Video", reverse("console:playground", args=["video"])),
+        ("voice", "Voice", reverse("console:voice")),
         ("history", "History", reverse("console:history")),
         ("keys", "API keys", reverse("console:keys")),
         ("usage", "Usage", reverse("console:usage")),

@@ -1,7 +1,7 @@
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 
-from console.views import auth, catalog, dashboard, deployments, history, keys, playgrounds
+from console.views import auth, catalog, dashboard, deployments, history, keys, playgrounds, voice
 
 app_name = "console"
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("deployments/<slug:name>/stop/", deployments.deployment_stop_view, name="deployment-stop"),
     path("deployments/<slug:name>/start/", deployments.deployment_start_view, name="deployment-start"),
     path("deployments/<slug:name>/delete/", deployments.deployment_delete_view, name="deployment-delete"),
+    path("playground/voice/", voice.voice_playground, name="voice"),
     path("playground/<slug:mode>/", playgrounds.playground, name="playground"),
     path("history/", history.history, name="history"),
     path("history/<str:request_id>/", history.history_detail, name="history-detail"),

@@ -12,7 +12,6 @@ from django.conf import settings
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.services import deployment_create
 
-
 # The tiny checkpoints are random: their talkers never sample end-of-speech, so the demo
 # caps the codec tokens a reply may take (150 codes = 3 s of speech at 50 codes/s).
 DEMO_DEPLOY_CONFIGS = {
