@@ -281,6 +281,7 @@ class TalkerSession:
         self.sampling = request.sampling or SamplingParams(**TALKER_SAMPLING)
         self.generator = make_generator(self.sampling.seed)
         self.config = talker.config
+        self.dtype = next(talker.parameters()).dtype
         self.cache = DynamicCache(config=talker.config)
         self.tokens: list[int] = []
         self.embeds: list[Any] = []
@@ -296,7 +297,7 @@ class TalkerSession:
         self.tokens.extend(request.prompt_token_ids or [])
         for key, store in (("embeds", self.embeds), ("hidden", self.hidden)):
             if key in request.payloads:
-                store.append(from_wire(request.payloads[key], self.device))
+                store.append(from_wire(request.payloads[key], self.device).to(self.dtype))
         self.upstream_done = self.upstream_done or request.finished
         if request.params.get("source_finish_reason") == "error":
             raise InvalidRequest("thinker", "the thinker failed")
