@@ -69,6 +69,13 @@ class DeployForm(forms.Form):
             self.fields[f"{prefix}.options"] = forms.CharField(
                 required=False, initial="{}", label="Options (JSON)", widget=forms.TextInput()
             )
+            self.fields[f"{prefix}.sampling"] = forms.CharField(
+                required=False,
+                initial="{}",
+                label="Default sampling (JSON)",
+                help_text='Used when a request gives none, e.g. {"max_tokens": 150} for a talker.',
+                widget=forms.TextInput(),
+            )
 
     def stage_sections(self) -> list[dict]:
         """The bound fields grouped by stage, for the template."""
@@ -76,7 +83,7 @@ class DeployForm(forms.Form):
         for stage in self.pipeline.stages:
             prefix = f"stages.{stage.name}"
             placement = [self[f"{prefix}.{knob}"] for knob in ("pool", "replicas", "device", "backend")]
-            engine = [self[f"{prefix}.{knob}"] for knob in (*ENGINE_KNOBS, "options")]
+            engine = [self[f"{prefix}.{knob}"] for knob in (*ENGINE_KNOBS, "options", "sampling")]
             engine_errors = any(field.errors for field in engine)
             sections.append({"stage": stage, "placement": placement, "engine": engine, "engine_errors": engine_errors})
         return sections
@@ -84,19 +91,20 @@ class DeployForm(forms.Form):
     def clean(self):
         cleaned = super().clean()
         for stage in self.pipeline.stages:
-            field = f"stages.{stage.name}.options"
-            raw = cleaned.get(field)
-            if raw is None:
-                continue
-            try:
-                options = json.loads(raw or "{}")
-            except json.JSONDecodeError as error:
-                self.add_error(field, f"Not valid JSON: {error.msg}.")
-                continue
-            if not isinstance(options, dict):
-                self.add_error(field, 'Must be a JSON object, e.g. {"delay_s": 0.02}.')
-                continue
-            cleaned[field] = options
+            for knob in ("options", "sampling"):
+                field = f"stages.{stage.name}.{knob}"
+                raw = cleaned.get(field)
+                if raw is None:
+                    continue
+                try:
+                    value = json.loads(raw or "{}")
+                except json.JSONDecodeError as error:
+                    self.add_error(field, f"Not valid JSON: {error.msg}.")
+                    continue
+                if not isinstance(value, dict):
+                    self.add_error(field, 'Must be a JSON object, e.g. {"delay_s": 0.02}.')
+                    continue
+                cleaned[field] = value
         return cleaned
 
     def deploy_config(self) -> dict:
@@ -106,7 +114,7 @@ class DeployForm(forms.Form):
             prefix = f"stages.{stage.name}"
             stages[stage.name] = {
                 knob: data[f"{prefix}.{knob}"]
-                for knob in ("pool", "replicas", "device", "backend", *ENGINE_KNOBS, "options")
+                for knob in ("pool", "replicas", "device", "backend", *ENGINE_KNOBS, "options", "sampling")
             }
         return {"stages": stages, "max_queue": data["max_queue"], "request_timeout_s": data["request_timeout_s"]}
 
