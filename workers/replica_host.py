@@ -299,17 +299,23 @@ class ReplicaHost:
         self._flush_quietly()
 
     def _flush(self) -> None:
-        """Publish the outputs, then acknowledge the inputs they came from (both survive a Redis outage)."""
-        if self._outbox:
-            pipe = self.client.pipeline(transaction=False)
-            for output in self._outbox:
-                output = self.connectors.offload_output(output, same_host=False)
-                pipe.xadd(self.output_stream, {"replica": self.spec.replica_id, "data": encode(output)})
-            pipe.execute()
-            self._outbox = []
+        """Publish the outputs, then acknowledge the inputs they came from, in one round trip
+        (commands run in order: an input is acknowledged only after its outputs are out)."""
+        if not self._outbox and not self._unacked:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for output in self._outbox:
+            output = self.connectors.offload_output(output, same_host=False)
+            pipe.xadd(self.output_stream, {"replica": self.spec.replica_id, "data": encode(output)})
         if self._unacked:
-            self.input.done(self._unacked)
-            self._unacked = []
+            self.input.queue_done(pipe, self._unacked)
+        for result in pipe.execute(raise_on_error=False):
+            if isinstance(result, redis.ResponseError) and "NOGROUP" not in str(result):
+                raise result  # NOGROUP: Redis lost the stream meanwhile, nothing left to acknowledge
+            if isinstance(result, redis.ConnectionError | redis.TimeoutError):
+                raise result
+        self._outbox = []
+        self._unacked = []
 
     def _flush_quietly(self) -> None:
         try:

@@ -138,14 +138,18 @@ class ReplicaInput:
             return []
         return [decode_entry(entry_id, fields) for entry_id, fields in reply[0][1]]
 
+    def queue_done(self, pipe, entries: list[InputEntry]) -> None:
+        """Queue the acknowledgement (and deletion) of processed entries on `pipe`."""
+        ids = [entry.entry_id for entry in entries]
+        pipe.xack(self.stream, self.group, *ids)
+        pipe.xdel(self.stream, *ids)
+
     def done(self, entries: list[InputEntry]) -> None:
         """Acknowledge processed entries and delete them from the stream."""
         if not entries:
             return
-        ids = [entry.entry_id for entry in entries]
         pipe = self.client.pipeline(transaction=False)
-        pipe.xack(self.stream, self.group, *ids)
-        pipe.xdel(self.stream, *ids)
+        self.queue_done(pipe, entries)
         try:
             pipe.execute()
         except redis.ResponseError as error:
