@@ -210,7 +210,7 @@ class VoiceSession {
     this.lastAudioItem = event.item_id;
     stats.dataset.audioChunks = String(this.player.chunks);
     stats.dataset.audioSamples = String(this.player.samples);
-    document.getElementById("voice-received").textContent = `${(this.player.samples / RATE).toFixed(1)} s of audio`;
+    document.getElementById("voice-received").textContent = `${(this.player.samples / RATE).toFixed(2)} s of audio`;
   }
 
   onResponseDone(event) {
