@@ -140,7 +140,9 @@ def main() -> None:
         redis_server, procs, deployment_id = start_platform(Path(scratch))
         try:
             remote, remote_wall = asyncio.run(platform(deployment_id, redis_server.url, args.requests, args.words))
-            sequential = [asyncio.run(platform(deployment_id, redis_server.url, 1, args.words))[0][0] for _ in range(20)]
+            sequential = [
+                asyncio.run(platform(deployment_id, redis_server.url, 1, args.words))[0][0] for _ in range(20)
+            ]
             local_seq = [asyncio.run(in_process(1, args.words))[0][0] for _ in range(5)]
         finally:
             for proc in procs:

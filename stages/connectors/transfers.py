@@ -44,7 +44,9 @@ class Connectors:
     def __post_init__(self) -> None:
         self._by_name: dict[str, Connector] = {"inline": InlineConnector(), "shm": SharedMemoryConnector()}
         if self.redis_client is not None:
-            self._by_name["redis"] = RedisConnector(self.redis_client, ttl_s=self.redis_ttl_s, consume=self.redis_consume)
+            self._by_name["redis"] = RedisConnector(
+                self.redis_client, ttl_s=self.redis_ttl_s, consume=self.redis_consume
+            )
 
     def put(self, payload: Any, *, same_host: bool = True, preference: str = "auto") -> Payload:
         tensor = payload if isinstance(payload, Tensor) else to_wire(payload)
