@@ -31,7 +31,7 @@ from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
 from control_plane.openai_compat.errors import ApiError
 from control_plane.openai_compat.payloads import PayloadUnavailable, resolve
 from control_plane.openai_compat.sampling import build_sampling
-from control_plane.orchestrator.serving import ServingUnavailable, serve
+from control_plane.orchestrator.serving import ServingUnavailable, cancel, serve
 from control_plane.redis_client import get_async_redis
 from stages.protocol import StageOutput
 
@@ -206,19 +206,25 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             ending = {"status": Status.FAILED, "error": {"message": str(error), "type": "server_error"}}
             last_event = {"type": "error", "message": str(error), "field": None}
         except asyncio.CancelledError:
-            await asyncio.shield(self._end(stream, client))  # closing serve() cancels the request in every stage
+            # closing serve() cancels the request in every stage
+            await asyncio.shield(self._end(stream, client, run.request.request_id))
             await asyncio.shield(self._close_history(row, record, ending, run, admission, {}))
             raise
-        await self._end(stream, client)
+        await self._end(stream, client, run.request.request_id)
         # the history row is complete before the browser hears the end, so its link shows it all
         await self._close_history(row, record, ending, run, admission, ending.pop("summary_usage", {}))
         if last_event is not None:
             await self._send(ref, last_event)
 
     @staticmethod
-    async def _end(stream, client) -> None:
-        await stream.aclose()
-        await client.aclose()
+    async def _end(stream, client, request_id: str) -> None:
+        try:
+            await stream.aclose()
+        except RuntimeError:
+            # the generator is still unwinding the task's cancellation: cancel explicitly
+            await cancel(client, request_id)
+        finally:
+            await client.aclose()
 
     async def _close_history(self, row, record, ending, run, admission, summary_usage) -> None:
         usage = _usage(run, record, summary_usage)
