@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import msgspec
 from django.conf import settings
 from django.utils import timezone
 
@@ -42,8 +43,6 @@ def replica_spec(replica: Replica) -> ReplicaSpec:
     deployment = replica.deployment
     pipeline = pipeline_config_of(deployment.pipeline)
     deploy = load_deploy_config(deployment.deploy_config)
-    import msgspec
-
     stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
     return ReplicaSpec(
         replica_id=str(replica.id),
@@ -59,8 +58,6 @@ def replica_spec(replica: Replica) -> ReplicaSpec:
 
 
 def start_replica(replica: Replica) -> None:
-    import msgspec
-
     spec = msgspec.to_builtins(replica_spec(replica))
     celery_app.send_task("workers.start_replica", args=[spec], queue=replica.pool)
 
@@ -84,7 +81,9 @@ def reconcile(now: datetime | None = None) -> ReconcileResult:
             _reconcile_deployment(deployment, now, pools)
         except Exception:  # one broken deployment must not stop the others
             log.exception("reconciling deployment %s failed", deployment.name)
-    result.warmups = list(Deployment.objects.filter(state=S.WARMING, desired_state=Deployment.Desired.RUNNING))
+    result.warmups = list(
+        Deployment.objects.select_related("pipeline").filter(state=S.WARMING, desired_state=Deployment.Desired.RUNNING)
+    )
     return result
 
 

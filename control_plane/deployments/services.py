@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from django.conf import settings
 from django.db import transaction
 
@@ -123,6 +124,4 @@ def deployment_delete(*, deployment: Deployment) -> None:
 
 
 def _builtins(deploy: DeployConfig) -> dict:
-    import msgspec
-
     return msgspec.to_builtins(deploy)

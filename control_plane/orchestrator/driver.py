@@ -380,7 +380,7 @@ class RedisOrchestrator:
         close_old_connections()
         result = reconcile()
         in_flight = set(self.warmups.values())
-        for deployment in Deployment.objects.select_related("pipeline").filter(pk__in=[d.pk for d in result.warmups]):
+        for deployment in result.warmups:
             deployment_id = str(deployment.id)
             if deployment_id in in_flight:
                 continue
