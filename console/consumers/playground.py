@@ -206,9 +206,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             ending = {"status": Status.FAILED, "error": {"message": str(error), "type": "server_error"}}
             last_event = {"type": "error", "message": str(error), "field": None}
         except asyncio.CancelledError:
-            # closing serve() cancels the request in every stage
-            await asyncio.shield(self._end(stream, client, run.request.request_id))
+            # record the stop first: closing the stream must not be able to keep the row open
             await asyncio.shield(self._close_history(row, record, ending, run, admission, {}))
+            try:
+                await asyncio.wait_for(self._end(stream, client, run.request.request_id), timeout=5)
+            except Exception:
+                log.warning("closing the stream of stopped run %s failed", run.request.request_id, exc_info=True)
             raise
         await self._end(stream, client, run.request.request_id)
         # the history row is complete before the browser hears the end, so its link shows it all
@@ -218,11 +221,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     @staticmethod
     async def _end(stream, client, request_id: str) -> None:
+        """Cancel the request in every stage (idempotent once it ended) and close the stream."""
         try:
+            await cancel(client, request_id)
             await stream.aclose()
         except RuntimeError:
-            # the generator is still unwinding the task's cancellation: cancel explicitly
-            await cancel(client, request_id)
+            pass  # the generator is still unwinding the task's cancellation; the cancel above went out
         finally:
             await client.aclose()
 
