@@ -1,12 +1,14 @@
 """Omnistage's omni pipeline vs transformers' `generate(return_audio=True)` one request at a time.
 
     python benchmarks/omni_pipeline.py --device cpu --model tiny [--family qwen2_5_omni] [--text 32 --codes 64]
+    python benchmarks/omni_pipeline.py --device cuda --model 7b-shaped --text 128 --codes 512
 
 Prints, for transformers (sequential) and Omnistage at concurrency 1, 4 and 8: requests/s, TTFT, TTFP,
-E2EL and RTF (wall seconds per second of audio), plus the throughput ratio against transformers.
-Both sides decode greedily with fixed lengths (min = max tokens) so the work is the same.
-`--model 7b-shaped` builds Qwen2.5-Omni-7B-shaped random bf16 weights the way
-shared/reference/gpu-baselines/hf_omni_baseline.py does (needs a GPU).
+E2EL and RTF (wall seconds per second of audio), the mean per-stage durations, plus the throughput ratio
+against transformers. Both sides decode greedily with fixed lengths (min = max tokens) so the work is the
+same. `--model 7b-shaped` builds Qwen2.5-Omni-7B-shaped random bf16 weights the way
+shared/reference/gpu-baselines/hf_omni_baseline.py does (needs a GPU); token2wav runs in `--code2wav-dtype`
+(float32 by default) on both sides.
 """
 
 from __future__ import annotations
@@ -19,17 +21,17 @@ import time
 from pathlib import Path
 
 
-def build_model(kind: str, family: str, root: Path, device: str) -> Path:
+def build_model(kind: str, family: str, root: Path, device: str, code2wav_dtype: str) -> Path:
     from stages.tiny import build
 
     if kind == "tiny":
         return build(family, root / family)
     if family != "qwen2_5_omni":
         raise SystemExit("--model 7b-shaped is only defined for qwen2_5_omni")
-    return build_7b_shaped(root / "qwen2_5_omni_7b", device)
+    return build_7b_shaped(root / "qwen2_5_omni_7b", device, code2wav_dtype)
 
 
-def build_7b_shaped(out: Path, device: str) -> Path:
+def build_7b_shaped(out: Path, device: str, code2wav_dtype: str = "float32") -> Path:
     """Qwen2.5-Omni-7B dimensions, random bf16 weights, the tiny tokenizer/processor files."""
     import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
@@ -65,7 +67,7 @@ def build_7b_shaped(out: Path, device: str) -> Path:
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2_5OmniForConditionalGeneration(cfg).to(torch.bfloat16)
-    model.token2wav.float()
+    model.token2wav.to(getattr(torch, code2wav_dtype))
     (out / "model.safetensors").unlink()
     model.save_pretrained(out)
     dit = cfg.token2wav_config.dit_config
@@ -102,15 +104,16 @@ def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_c
     proc = processor(str(model_dir))
     text = proc.tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     inputs = proc(text=text, return_tensors="pt").to(device)
-    results = []
-    for _ in range(repeats + 1):
+
+    def one(text: int, codes: int) -> dict:
         start = time.perf_counter()
         _, wav = model.generate(
             **inputs,
-            thinker_max_new_tokens=n_text,
-            thinker_min_new_tokens=n_text,
+            thinker_max_new_tokens=text,
+            thinker_min_new_tokens=text,
             thinker_do_sample=False,
-            talker_max_new_tokens=n_codes,
+            talker_max_new_tokens=codes,
+            talker_min_new_tokens=codes,
             talker_do_sample=False,
             return_audio=True,
             **kwargs,
@@ -119,15 +122,38 @@ def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_c
             torch.cuda.synchronize()
         e2el = time.perf_counter() - start
         seconds = wav.numel() / 24000
-        results.append({"ttft_s": e2el, "ttfp_s": e2el, "e2el_s": e2el, "audio_s": seconds})
-    return results[1:]
+        return {"ttft_s": e2el, "ttfp_s": e2el, "e2el_s": e2el, "audio_s": seconds}
+
+    one(min(n_text, 8), min(n_codes, 16))  # warm-up
+    return [one(n_text, n_codes) for _ in range(repeats)]
 
 
-async def omnistage_run(model_dir: Path, device: str, n_text: int, n_codes: int, concurrency: int, rounds: int):
+def deploy_config(args, n_text: int, n_codes: int) -> dict:
+    """Batch 8 on every stage, caches sized for 8 requests of this length, the chunking of the args."""
+    ar = {
+        "device": args.device,
+        "dtype": "bfloat16" if args.device.startswith("cuda") else "float32",
+        "max_batch": 8,
+        "max_length": 1024 if n_text + n_codes < 900 else 4096,
+        "kv_memory_mb": 4096 if args.device.startswith("cuda") else 256,
+        "options": {"compile": args.compile},
+    }
+    code2wav = {
+        "device": args.device,
+        "dtype": args.code2wav_dtype,
+        "max_batch": 8,
+        "max_length": max(2048, n_codes + 64),
+        "first_chunk_size": args.first_chunk,
+        "async_chunk_size": args.chunk,
+    }
+    return {"stages": {"thinker": ar, "talker": ar, "code2wav": code2wav}}
+
+
+async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) -> None:
+    """One pipeline (engines loaded once, warmed up once), then each concurrency level in turn."""
     from stages.omni import AsyncOmni
 
-    stage = {"device": device, "dtype": "bfloat16" if device.startswith("cuda") else "float32"}
-    deploy = {"stages": {"thinker": stage, "talker": stage, "code2wav": {"device": device}}}
+    n_text, n_codes = args.text, args.codes
     async with AsyncOmni(model_dir, deploy=deploy) as omni:
 
         async def one(index: int) -> dict:
@@ -135,19 +161,23 @@ async def omnistage_run(model_dir: Path, device: str, n_text: int, n_codes: int,
             result = await omni.generate_all(
                 MESSAGES,
                 {"temperature": 0, "max_tokens": n_text, "min_tokens": n_text},
-                request_id=f"bench-{concurrency}-{index}-{time.monotonic_ns()}",
-                stage_sampling={"talker": {"temperature": 0, "max_tokens": n_codes}},
+                request_id=f"bench-{index}-{time.monotonic_ns()}",
+                stage_sampling={"talker": {"temperature": 0, "max_tokens": n_codes, "min_tokens": n_codes}},
             )
             metrics = dict(result.metrics)
             metrics["audio_s"] = 0 if result.audio is None else len(result.audio) / 24000
             metrics["e2el_s"] = metrics.get("e2el_s", time.perf_counter() - start)
             return metrics
 
-        await one(-1)  # warm-up
-        results, start = [], time.perf_counter()
-        for _ in range(rounds):
-            results += await asyncio.gather(*(one(i) for i in range(concurrency)))
-        return results, time.perf_counter() - start
+        await asyncio.gather(*(one(-1 - i) for i in range(max(args.concurrency))))  # warm-up at every size
+        for concurrency in args.concurrency:
+            rounds = max(1, args.repeats if concurrency == 1 else 1)
+            results, start = [], time.perf_counter()
+            for _ in range(rounds):
+                results += await asyncio.gather(*(one(i) for i in range(concurrency)))
+            ours = summary(f"omnistage concurrency {concurrency}", results, time.perf_counter() - start)
+            if base:
+                print(f"{'':28s} throughput vs transformers: {ours['rps'] / base['rps']:.2f}x", flush=True)
 
 
 MESSAGES = [{"role": "user", "content": "Tell me a short story about the sea."}]
@@ -159,8 +189,12 @@ def summary(name: str, results: list[dict], wall: float) -> dict:
     rtf = statistics.mean(r["e2el_s"] / r["audio_s"] for r in results if r["audio_s"])
     print(
         f"{name:28s} req/s {rps:7.3f}  TTFT {mean('ttft_s'):7.3f}s  TTFP {mean('ttfp_s'):7.3f}s  "
-        f"E2EL {mean('e2el_s'):7.3f}s  RTF {rtf:6.3f}  audio {mean('audio_s'):5.2f}s"
+        f"E2EL {mean('e2el_s'):7.3f}s  RTF {rtf:6.3f}  audio {mean('audio_s'):5.2f}s",
+        flush=True,
     )
+    stages = sorted({key for r in results for key in r if key.startswith("stage.")})
+    if stages:
+        print(f"{'':28s} " + "  ".join(f"{key[6:]} {mean(key):.3f}s" for key in stages), flush=True)
     return {"rps": rps}
 
 
@@ -173,30 +207,26 @@ def main() -> None:
     parser.add_argument("--codes", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--code2wav-dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--first-chunk", type=int, default=5, help="codec frames of the first audio chunk")
+    parser.add_argument("--chunk", type=int, default=25, help="codec frames of every later audio chunk")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the AR decode graphs")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
+    deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_model(args.model, args.family, Path(tmp), args.device)
-        start = time.perf_counter()
-        hf = transformers_run(model_dir, args.family, args.device, args.text, args.codes, args.repeats)
-        hf_wall = sum(r["e2el_s"] for r in hf)
-        del start
-        base = summary("transformers (sequential)", hf, hf_wall)
-        for concurrency in (1, 4, 8):
-            results, wall = asyncio.run(
-                omnistage_run(
-                    model_dir,
-                    args.device,
-                    args.text,
-                    args.codes,
-                    concurrency,
-                    max(1, args.repeats if concurrency == 1 else 1),
-                )
-            )
-            ours = summary(f"omnistage concurrency {concurrency}", results, wall)
-            print(f"{'':28s} throughput vs transformers: {ours['rps'] / base['rps']:.2f}x")
+        model_dir = build_model(args.model, args.family, Path(tmp), args.device, args.code2wav_dtype)
+        base = None
+        if not args.skip_hf:
+            hf = transformers_run(model_dir, args.family, args.device, args.text, args.codes, args.repeats)
+            base = summary("transformers (sequential)", hf, sum(r["e2el_s"] for r in hf))
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+        asyncio.run(omnistage_run(args, model_dir, deploy, base))
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stop: list[str] = []
     stop_token_ids: list[int] = []
     ignore_eos: bool = False
+    repetition_penalty: float | None = None
+    """> 1 discourages tokens already in the prompt or output (1: off; None: the stage's default)."""
 
     def validate(self) -> None:
         from stages.errors import InvalidRequest
@@ -66,6 +68,8 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise InvalidRequest("max_tokens", "must be >= 1")
         if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise InvalidRequest("min_tokens", "must be between 0 and max_tokens")
+        if self.repetition_penalty is not None and self.repetition_penalty <= 0:
+            raise InvalidRequest("repetition_penalty", "must be > 0")
 
     @property
     def greedy(self) -> bool:

@@ -5,7 +5,8 @@ into one shared memory pool. A live batch of n decodes is copied into the first 
 static buffers of the smallest bucket >= n; padded rows write their keys and values into the null
 block and attend only to it. The context is gathered at a fixed width (the max length), so every
 captured shape is static; per step only ids, positions, slots, block tables and lengths change, in
-one host-to-device copy.
+one host-to-device copy. For an adapter that always embeds (`embeds_width` set), the graph reads
+its input embeddings from a static [max_batch, width] buffer instead of token ids.
 
 With `capture=False` the same static-buffer step runs eagerly (on any device): the tests use it to
 check the padding and masking of graph batches on CPU against transformers. With `compile=True` the
@@ -41,6 +42,7 @@ class DecodeGraphs:
         max_context: int,
         capture: bool = True,
         compile: bool = False,
+        embeds_width: int | None = None,
     ):
         self.adapter = adapter
         self.capture = capture
@@ -55,6 +57,10 @@ class DecodeGraphs:
         self.inputs = torch.zeros((max_batch, 4 + max_blocks), dtype=torch.long, device=device)
         self.inputs[:, 3] = 1
         self.context_positions = torch.arange(max_blocks * block_size, dtype=torch.long, device=device)
+        self.takes_embeds = embeds_width is not None
+        if self.takes_embeds:
+            dtype = next(adapter.model.parameters()).dtype
+            self.embeds = torch.zeros((max_batch, embeds_width), dtype=dtype, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, ModelOutputs] = {}
         if capture:
@@ -89,12 +95,13 @@ class DecodeGraphs:
 
     def _forward(self, size: int) -> ModelOutputs:
         rows = self.inputs[:size]
+        embeds = self.embeds[:size].unsqueeze(0) if self.takes_embeds else None
         logits, hidden = self._step(
-            rows[:, 0].unsqueeze(0), rows[:, 1].unsqueeze(0), rows[:, 2], rows[:, 4:], rows[:, 3]
+            rows[:, 0].unsqueeze(0), embeds, rows[:, 1].unsqueeze(0), rows[:, 2], rows[:, 4:], rows[:, 3]
         )
         return ModelOutputs(logits=logits, hidden_states=hidden)
 
-    def _decode_step(self, input_ids, positions, slot_mapping, block_tables, context_lens):
+    def _decode_step(self, input_ids, inputs_embeds, positions, slot_mapping, block_tables, context_lens):
         mask = (self.context_positions.unsqueeze(0) < context_lens.unsqueeze(1)).unsqueeze(1).unsqueeze(1)
         attention = AttentionBatch(
             kv_cache=self.kv_cache,
@@ -104,8 +111,8 @@ class DecodeGraphs:
             decode_mask=mask,
         )
         inputs = ModelInputs(
-            input_ids=input_ids,
-            inputs_embeds=None,
+            input_ids=None if inputs_embeds is not None else input_ids,
+            inputs_embeds=inputs_embeds,
             position_ids=positions,
             logits_indices=None,
             output_hidden_states=True,
@@ -117,7 +124,13 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def run(
-        self, token_ids: list[int], positions: list[int], slots: list[int], tables: torch.Tensor, lengths: list[int]
+        self,
+        token_ids: list[int],
+        positions: list[int],
+        slots: list[int],
+        tables: torch.Tensor,
+        lengths: list[int],
+        embeds: torch.Tensor | None = None,
     ) -> ModelOutputs:
         count = len(token_ids)
         size = next(s for s in self.sizes if s >= count)
@@ -126,6 +139,8 @@ class DecodeGraphs:
         staged[:count, :4] = torch.tensor([token_ids, positions, slots, lengths], dtype=torch.long).T
         staged[:count, 4 : 4 + tables.shape[1]] = tables
         self.inputs[:size].copy_(staged, non_blocking=True)
+        if embeds is not None:
+            self.embeds[:count].copy_(embeds)
         if self.capture:
             self.graphs[size].replay()
             out = self.outputs[size]

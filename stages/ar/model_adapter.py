@@ -8,16 +8,22 @@ whose per-step input embedding comes from a callback) passes its own adapter to 
         model: torch.nn.Module         # its attention layers use attn_implementation=ATTENTION_NAME
         text_config: PretrainedConfig  # num_hidden_layers, num_key_value_heads, head_dim, vocab_size
         always_embed: bool             # True: the engine always calls embed() (e.g. a talker)
+        embeds_width: int              # with always_embed: the width of embed()'s rows
         supports_cuda_graphs: bool     # forward() has static shapes and no host syncs on decode
 
         def embed(self, token_ids: Tensor, inputs: ModelInputs) -> Tensor: ...   # [T] -> [T, hidden]
         def forward(self, inputs: ModelInputs) -> ModelOutputs: ...
+        def admit(self, seq: Sequence, request: StageRequest) -> None: ...      # optional
 
 `embed` is called only when a batch needs embeddings (a request gave `inputs_embeds`, or
 `always_embed`); `inputs.sequences` says which request owns which rows, and each `Sequence` has an
 `extra` dict for the adapter's per-request state (rope deltas, upstream hidden states, ...).
 `forward` must pass `ar_batch=inputs.attention` down to the model so the paged attention finds the
-cache; it may rewrite `position_ids` (e.g. 3-row M-RoPE positions).
+cache; it may rewrite `position_ids` (e.g. 3-row M-RoPE positions, see `stages/ar/mrope.py`).
+`admit` (optional) sees each request once it is a `Sequence`: it may replace the prompt rows by
+embeddings (multimodal features merged), set rotary tables and `position_delta`, and queue params
+for the first output. Decode batches of an always-embedding adapter replay CUDA graphs that read
+their rows from a static [max_batch, embeds_width] buffer.
 
 Loading such a module: call `stages.ar.attention.register()` first, and give only the autoregressive
 text part the paged attention, e.g. `attn_implementation={"text_config": ATTENTION_NAME, "": "sdpa"}`

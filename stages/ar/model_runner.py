@@ -2,8 +2,11 @@
 
 All scheduled tokens are packed into one row: the single-token work first (the batched decode
 group of the paged attention), then each prompt chunk. Only the rows that sample (the last row of
-a sequence whose known tokens are then all computed and whose input is complete) get logits. On
-CUDA, decode-only batches replay a captured graph (see `cuda_graphs.DecodeGraphs`).
+a sequence whose known tokens are then all computed and whose input is complete) get logits.
+Positions are token indices plus the sequence's `position_delta` (M-RoPE models; an adapter may
+rewrite prompt positions). On CUDA, decode-only batches replay a captured graph (see
+`cuda_graphs.DecodeGraphs`); for an adapter that always embeds (a talker), the embeddings are
+computed eagerly and the graph takes them from its static buffer.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ class ModelRunner:
         from stages.ar.cuda_graphs import DecodeGraphs
 
         block_size = self.block_manager.block_size
-        self.graphs = DecodeGraphs(self.adapter, self.kv_cache, block_size, max_batch, max_context, capture, compile)
+        embeds_width = self.adapter.embeds_width if self.adapter.always_embed else None
+        self.graphs = DecodeGraphs(
+            self.adapter, self.kv_cache, block_size, max_batch, max_context, capture, compile, embeds_width
+        )
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
@@ -61,7 +67,8 @@ class ModelRunner:
             seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
         )
         decode_only = batch.num_decodes == len(batch.work)
-        if self.graphs is not None and decode_only and not needs_embeds and self.graphs.fits(len(batch.work)):
+        graph_ready = self.graphs is not None and decode_only and self.graphs.fits(len(batch.work))
+        if graph_ready and (self.graphs.takes_embeds or not needs_embeds):
             outputs = self._run_graph(packed)
         else:
             outputs = self._run_eager(packed, batch.num_decodes, wants_hidden, needs_embeds)
@@ -76,13 +83,14 @@ class ModelRunner:
         for seq, count in batch.work:
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + count
             row = len(packed.token_ids)
+            delta = seq.position_delta
             if count == 1:  # the decode fast path
                 packed.token_ids.append(seq.token_ids[start])
-                packed.positions.append(start)
+                packed.positions.append(start + delta)
                 packed.slots.append(seq.block_table[start // block_size] * block_size + start % block_size)
             else:
                 packed.token_ids.extend(seq.token_ids[start:end])
-                packed.positions.extend(range(start, end))
+                packed.positions.extend(range(start + delta, end + delta))
                 packed.slots.extend(self.block_manager.slots(seq, start, end))
             packed.owners.append((seq, start, count))
             if end == seq.num_tokens and seq.input_finished:
@@ -120,10 +128,26 @@ class ModelRunner:
 
     def _run_graph(self, packed: _Packed) -> ModelOutputs:
         tables, lengths = self._block_tables(packed.owners)
-        outputs = self.graphs.run(packed.token_ids, packed.positions, packed.slots, tables, lengths)
+        embeds = None
+        if self.graphs.takes_embeds:
+            token_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
+            embeds = self._embeddings(token_ids, self._graph_inputs(packed))
+        outputs = self.graphs.run(packed.token_ids, packed.positions, packed.slots, tables, lengths, embeds)
         if len(packed.logits_rows) != len(packed.owners):
             outputs.logits = outputs.logits[packed.logits_rows]
         return outputs
+
+    def _graph_inputs(self, packed: _Packed) -> ModelInputs:
+        """What `adapter.embed` reads for a graph batch: its tokens, positions and owners."""
+        return ModelInputs(
+            input_ids=None,
+            inputs_embeds=None,
+            position_ids=torch.tensor(packed.positions, dtype=torch.long).unsqueeze(0),
+            logits_indices=None,
+            output_hidden_states=False,
+            attention=None,
+            sequences=packed.owners,
+        )
 
     def _block_tables(self, owners) -> tuple[torch.Tensor, list[int]]:
         lengths = [start + count for _, start, count in owners]
@@ -157,13 +181,22 @@ class ModelRunner:
         return embeds
 
     def _hidden_rows(self, packed: _Packed, hidden_states) -> dict[int, tuple[int, torch.Tensor]]:
-        rows_by_seq = {}
+        """The asked-for layers' rows of every sequence that wants them, moved to the CPU in one copy."""
+        wanted, pieces = [], []
         row = 0
         for seq, start, count in packed.owners:
             first = max(start, seq.num_hidden_emitted)
             if seq.hidden_layers and first < start + count:
                 lo, hi = row + first - start, row + count
-                layers = torch.stack([hidden_states[layer][lo:hi] for layer in seq.hidden_layers])
-                rows_by_seq[id(seq)] = (first, layers.to("cpu"))
+                pieces.append(torch.stack([hidden_states[layer][lo:hi] for layer in seq.hidden_layers]))
+                wanted.append((seq, first, hi - lo))
             row += count
-        return rows_by_seq
+        if not pieces:
+            return {}
+        width = pieces[0].shape[-1]
+        flat = torch.cat([piece.reshape(-1, width) for piece in pieces]).to("cpu")
+        parts = flat.split([piece.shape[0] * piece.shape[1] for piece in pieces])
+        return {
+            id(seq): (first, part.view(len(seq.hidden_layers), count, width))
+            for (seq, first, count), part in zip(wanted, parts, strict=True)
+        }

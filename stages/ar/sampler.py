@@ -1,8 +1,10 @@
-"""Per-request sampling: temperature, top-k, top-p, seeds, min_tokens; greedy rows batched.
+"""Per-request sampling: repetition penalty, suppressed tokens, temperature, top-k, top-p, seeds.
 
-Each seeded request owns a `torch.Generator`, so its samples do not depend on which other
-requests share the batch. Filtering runs batched with per-row parameters; the draw is per row
-(one generator each). Greedy rows take one batched argmax.
+Order as in transformers' `generate()`: repetition penalty over the sequence's tokens so far
+(prompt and output), suppressed tokens (and EOS / stop ids before `min_tokens`), then for sampled
+rows temperature, top-k, top-p and a draw. Each seeded request owns a `torch.Generator`, so its
+samples do not depend on which other requests share the batch. Filtering runs batched with
+per-row parameters; the draw is per row (one generator each). Greedy rows take one batched argmax.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ class Sampler:
 
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-        logits = self._suppress_early_stops(logits, seqs)
+        logits = self._penalize_repetitions(logits, seqs)
+        logits = self._suppress(logits, seqs)
         greedy = [seq.sampling.greedy for seq in seqs]
         if all(greedy):
             return logits.argmax(dim=-1).tolist()
@@ -34,14 +37,41 @@ class Sampler:
             tokens[row] = int(torch.multinomial(row_probs, 1, generator=seqs[row].generator))
         return tokens
 
-    def _suppress_early_stops(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        """Before `min_tokens`, EOS and the stop token ids cannot be sampled (logits edited in place)."""
+    def _penalize_repetitions(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """transformers' RepetitionPenaltyLogitsProcessor (and vLLM's): a seen token's logit is divided
+        by the penalty when positive, multiplied when negative."""
+        rows = [row for row, seq in enumerate(seqs) if (seq.sampling.repetition_penalty or 1.0) != 1.0]
+        if not rows:
+            return logits
+        seen = torch.stack([self._seen_tokens(seqs[row], logits.shape[-1]) for row in rows])
+        penalty = torch.tensor([seqs[row].sampling.repetition_penalty for row in rows], device=logits.device)
+        picked = logits[rows].float()
+        penalty = penalty.unsqueeze(1)
+        penalized = torch.where(picked > 0, picked / penalty, picked * penalty)
+        logits = logits.float() if logits.dtype != torch.float32 else logits
+        logits[rows] = torch.where(seen, penalized, picked)
+        return logits
+
+    def _seen_tokens(self, seq: Sequence, vocab: int) -> torch.Tensor:
+        """[vocab] bool of the tokens in `seq`, kept on the device and extended by the new tokens."""
+        seen, counted = seq.extra.get("seen_tokens", (None, 0))
+        if seen is None:
+            seen = torch.zeros(vocab, dtype=torch.bool, device=self.device)
+        new = seq.token_ids[counted:]
+        if new:
+            seen[torch.tensor(new, dtype=torch.long).to(self.device)] = True
+        seq.extra["seen_tokens"] = (seen, seq.num_tokens)
+        return seen
+
+    def _suppress(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Suppressed ids never, and EOS and the stop ids not before `min_tokens` (logits edited in place)."""
         rows, columns = [], []
         for row, seq in enumerate(seqs):
+            banned = list(seq.suppressed_token_ids)
             if seq.num_output_tokens < seq.sampling.min_tokens:
-                for token in self._banned_early(seq):
-                    rows.append(row)
-                    columns.append(token)
+                banned += self._banned_early(seq)
+            rows += [row] * len(banned)
+            columns += banned
         if rows:
             device = logits.device
             logits[torch.tensor(rows, device=device), torch.tensor(columns, device=device)] = float("-inf")

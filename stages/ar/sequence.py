@@ -53,8 +53,17 @@ class Sequence:
     output_seq: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
+    position_delta: int = 0
+    """M-RoPE models: a token at index i past the prompt sits at rotary position i + delta."""
+    input_limit: int | None = None
+    """Side input not here yet: positions >= this cannot be computed (None: no limit). A talker whose
+    next input row comes from an upstream stage raises it as rows arrive."""
+    suppressed_token_ids: tuple[int, ...] = ()
+    """Never sampled (e.g. a codec's start token)."""
+    output_params: dict[str, Any] = field(default_factory=dict)
+    """Params attached to this sequence's next output, then cleared (e.g. what a downstream stage needs)."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Free room for a model adapter's per-request state (e.g. rope deltas, upstream hidden states)."""
+    """Free room for a model adapter's per-request state (e.g. rope tables, upstream hidden states)."""
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
@@ -75,6 +84,8 @@ class Sequence:
     def num_computable_tokens(self) -> int:
         """Tokens this sequence could compute now (holding back the last one while input may follow)."""
         limit = self.num_tokens if self.input_finished else self.num_tokens - 1
+        if self.input_limit is not None:
+            limit = min(limit, self.input_limit)
         return max(0, limit - self.num_computed_tokens)
 
     @property
@@ -86,10 +97,12 @@ class Sequence:
         return self.status is SequenceStatus.FINISHED
 
     def append_prompt(self, token_ids: list[int], embeds: torch.Tensor | None = None) -> None:
-        """Append an input chunk: token ids, or embedding rows (stored with placeholder ids)."""
+        """Append an input chunk: token ids, or embedding rows. Ids given with the rows stand for them
+        (repetition penalty, detokenization); rows alone are stored with placeholder ids."""
         if embeds is not None:
             self.embeds_segments.append((self.num_tokens, embeds))
-            token_ids = [EMBEDS_PLACEHOLDER_ID] * int(embeds.shape[0])
+            if len(token_ids) != int(embeds.shape[0]):
+                token_ids = [EMBEDS_PLACEHOLDER_ID] * int(embeds.shape[0])
         self.token_ids.extend(token_ids)
         self.num_prompt_tokens = len(self.token_ids)
 

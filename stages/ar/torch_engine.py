@@ -9,7 +9,9 @@ are built. Knobs come from `StageDeployConfig`: `max_batch`, `max_length`, `dtyp
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
 "uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (False: compile the
 graph step with torch.compile before capture),
-`hidden_layers` (default per-request hidden-state outputs), `sampling` (default sampling dict).
+`hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
+default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
+which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
 
 Per request (`StageRequest.params`): `hidden_layers` (indices into transformers' hidden_states
 tuple; 0 is the embeddings, -1 the last) returns `payloads["hidden"]` as [layers, n, hidden] for the
@@ -20,6 +22,9 @@ the chunk with `finished=True`.
 Other model modules (an omni thinker or talker) plug in through a model adapter (see
 `stages/ar/model_adapter.py`): load the module with `attn_implementation=ATTENTION_NAME` on its text
 part after `attention.register()`, then `ARTorchEngine(adapter, tokenizer, stage_deploy, eos_token_ids=...)`.
+An adapter with an `admit(seq, request)` method sees each request once it is a `Sequence` (multimodal
+embeddings, rotary tables, params for the first output). A stage engine that interprets its input
+itself (a talker fed by a thinker) adds parsed sequences with `add_sequence`.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from stages.ar.sequence import Sequence
 from stages.config import StageDeployConfig
 from stages.engine import StageEngine
 from stages.errors import ConfigError, InvalidRequest
-from stages.protocol import StageError, StageOutput, StageRequest
+from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
 from stages.tensors import from_wire, to_wire
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,11 @@ class ARTorchEngine(StageEngine):
         self.num_layers = config.num_hidden_layers
         self.hidden_size = config.hidden_size
         self.eos_token_ids = set(eos_token_ids or ())
+        self.hidden_payloads: dict[str, int] = dict(self.options.get("hidden_payloads") or {})
+        default_layers = self.options.get("hidden_layers")
+        if self.hidden_payloads:
+            default_layers = list(self.hidden_payloads.values())
+        self.default_hidden_layers = parse_hidden_layers(default_layers, self.num_layers)
 
         block_size = int(self.options.get("block_size", 16))
         shape = KVCacheShape(
@@ -138,24 +148,52 @@ class ARTorchEngine(StageEngine):
     # -- StageEngine -------------------------------------------------------------------------
 
     def add_request(self, request: StageRequest) -> None:
-        if request.request_id in self.sequences:
-            raise InvalidRequest("request_id", f"request {request.request_id!r} is already in this engine")
         sampling = parse_sampling(request, self.options.get("sampling"))
-        check_token_ids(sampling.stop_token_ids, self.vocab_size, "stop_token_ids")
-        hidden_layers = parse_hidden_layers(
-            request.params.get("hidden_layers", self.options.get("hidden_layers")), self.num_layers
-        )
+        hidden_layers = parse_hidden_layers(request.params.get("hidden_layers"), self.num_layers)
         token_ids, embeds = self._prompt_of(request)
         if not token_ids and embeds is None and request.finished:
             raise InvalidRequest("prompt", "the prompt is empty")
-        seq = Sequence(
-            request_id=request.request_id,
-            token_ids=[],
-            sampling=sampling,
-            max_length=self.max_length,
+        seq = self.add_sequence(
+            request.request_id,
+            token_ids,
+            embeds,
+            sampling,
             input_finished=request.finished,
             hidden_layers=hidden_layers,
             stage_id=request.stage_id,
+        )
+        admit = getattr(self.adapter, "admit", None)
+        if admit is not None:
+            try:
+                admit(seq, request)
+            except Exception:
+                self.abort(seq.request_id)
+                raise
+
+    def add_sequence(
+        self,
+        request_id: str,
+        token_ids: list[int],
+        embeds: torch.Tensor | None,
+        sampling: SamplingParams,
+        *,
+        input_finished: bool = True,
+        hidden_layers: tuple[int, ...] = (),
+        stage_id: int | None = None,
+    ) -> Sequence:
+        """Admit one sequence (the parsed form of `add_request`, for stage engines built on this one)."""
+        if request_id in self.sequences:
+            raise InvalidRequest("request_id", f"request {request_id!r} is already in this engine")
+        sampling.validate()
+        check_token_ids(sampling.stop_token_ids, self.vocab_size, "stop_token_ids")
+        seq = Sequence(
+            request_id=request_id,
+            token_ids=[],
+            sampling=sampling,
+            max_length=self.max_length,
+            input_finished=input_finished,
+            hidden_layers=hidden_layers or self.default_hidden_layers,
+            stage_id=self.stage_id if stage_id is None else stage_id,
         )
         seq.append_prompt(token_ids, embeds)
         self._check_length(seq)
@@ -165,8 +203,9 @@ class ARTorchEngine(StageEngine):
         else:
             seq.generator = self._default_generator
         seq.detokenizer = IncrementalDetokenizer(self.tokenizer, sampling.stop) if self.tokenizer else None
-        self.sequences[request.request_id] = seq
+        self.sequences[request_id] = seq
         self.scheduler.add(seq)
+        return seq
 
     def add_chunk(self, request: StageRequest) -> None:
         seq = self.sequences.get(request.request_id)
@@ -271,8 +310,7 @@ class ARTorchEngine(StageEngine):
         payloads, params = {}, {}
         if hidden is not None:
             first, rows = hidden
-            payloads["hidden"] = to_wire(rows)
-            params = {"hidden_start": first, "hidden_layers": list(seq.hidden_layers)}
+            payloads, params = self._hidden_outputs(seq, first, rows)
             seq.num_hidden_emitted = first + rows.shape[1]
         if token is None:
             if not payloads:
@@ -296,6 +334,15 @@ class ARTorchEngine(StageEngine):
         text = seq.detokenizer.take_delta(seq.is_finished) if seq.detokenizer else ""
         return self._output(seq, text=text, token_ids=[token], payloads=payloads, params=params, metrics=metrics)
 
+    def _hidden_outputs(self, seq: Sequence, first: int, rows: torch.Tensor) -> tuple[dict, dict]:
+        """Named [n, hidden] payloads when the engine is configured with `hidden_payloads` and the request
+        asked for no layers of its own; else one [layers, n, hidden] payload "hidden"."""
+        params = {"hidden_start": first}
+        if self.hidden_payloads and seq.hidden_layers == self.default_hidden_layers:
+            return {name: to_wire(rows[index]) for index, name in enumerate(self.hidden_payloads)}, params
+        params["hidden_layers"] = list(seq.hidden_layers)
+        return {"hidden": to_wire(rows)}, params
+
     def _finish_reason(self, seq: Sequence, token: int) -> str | None:
         params = seq.sampling
         may_stop = seq.num_output_tokens >= params.min_tokens
@@ -312,6 +359,9 @@ class ARTorchEngine(StageEngine):
         return None
 
     def _output(self, seq: Sequence, **fields) -> StageOutput:
+        if seq.output_params:
+            fields["params"] = {**seq.output_params, **fields.get("params", {})}
+            seq.output_params = {}
         return StageOutput(
             request_id=seq.request_id,
             stage_id=seq.stage_id,

@@ -171,5 +171,6 @@ def _vllm_sampling(params: SamplingParams):
         stop=list(params.stop) or None,
         stop_token_ids=list(params.stop_token_ids) or None,
         ignore_eos=params.ignore_eos,
+        repetition_penalty=params.repetition_penalty or 1.0,
         output_kind=RequestOutputKind.DELTA,
     )

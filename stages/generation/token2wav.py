@@ -73,10 +73,11 @@ class Token2WavDecoder:
         speaker = self.speakers[str(voice).lower()][1]
         generator = torch.Generator().manual_seed(int(request.params.get("seed", 0)))
         noise = torch.randn([1, self.repeats * self.max_frames, self.dit.config.mel_dim], generator=generator)
+        dtype = self.dit.dtype
         return {
-            "cond": speaker["cond"].float().to(self.device),
-            "ref_mel": speaker["ref_mel"].float().to(self.device),
-            "noise": noise.to(self.device),
+            "cond": speaker["cond"].to(self.device, dtype),
+            "ref_mel": speaker["ref_mel"].to(self.device, dtype),
+            "noise": noise.to(self.device, dtype),
         }
 
     def frames_of(self, request: StageRequest) -> list[Any]:

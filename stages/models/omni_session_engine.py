@@ -1,4 +1,4 @@
-"""A stage engine over per-request sessions: the omni thinker and talker stages.
+"""A stage engine over per-request sessions: the Qwen3-Omni talker stage.
 
 Each request owns a `Session` (its KV cache, the upstream rows it waits for, its sampler).
 `step()` advances every session that can move by one model step and returns what they
@@ -6,10 +6,11 @@ produced; a session that needs more upstream input (`ready()` is False) waits fo
 `add_chunk`. A failing session becomes an error output for its request only.
 
 Sessions are stepped one after another with their own caches, not batched into one
-forward: this is the seam where the shared continuous-batching AR engine (stages/ar/)
-takes over once it supports the omni model adapters (per-step input embeddings from the
-upstream stage, the Qwen3 code predictor); every session's numerics equal transformers'
-own `generate()` by construction, which the oracle tests check.
+forward. The thinkers of both Qwen-Omni families and the Qwen2.5-Omni talker run on the
+continuous-batching AR engine (stages/ar/); the Qwen3 talker stays here until the AR engine
+runs its code predictor (15 residual codes per frame, drawn between two talker steps). Every
+session's numerics equal transformers' own `generate()` by construction, which the oracle
+tests check.
 """
 
 from __future__ import annotations

@@ -1,166 +1,206 @@
-"""The thinker stage of both Qwen-Omni families: one request's prefill and decode steps.
+"""The thinker stage of both Qwen-Omni families on the continuous-batching AR engine.
 
-Mirrors what `thinker.generate(..., output_hidden_states=True)` computes inside
+`ThinkerAdapter` plugs the thinker's text model (`thinker.model` + `thinker.lm_head`, unmodified,
+with the paged attention on its text config only) into `ARTorchEngine`. It reproduces what
+`thinker.generate(..., output_hidden_states=True)` computes inside
 `Qwen2_5OmniForConditionalGeneration.generate` / `Qwen3OmniMoeForConditionalGeneration.generate`:
 
-- prefill: the whole prompt (multimodal features merged by the thinker's own forward) with
-  3-D mRoPE positions from the thinker's `get_rope_index`; decode: one token per step at
-  position `past + rope_delta`, a DynamicCache per request, an all-ones attention mask;
-- each step's output carries the sampled token, the text delta and, for the talker, the
-  rows of the step's input: `embeds` (layer-0 hidden states = input embeddings, multimodal
-  features merged) and `hidden` (the layer the talker reads). The prefill output carries the
-  prompt's rows; the output with token g_k carries the rows of input g_{k-1}. The last
-  token's rows are never computed, exactly as in `generate()`.
-- the first output's params carry what the talker needs for its own positions: the prompt
-  ids, image/video grids and audio feature lengths.
+- admission (`admit`): a prompt with audio, image or video parts gets its multimodal features
+  merged into the input embeddings once, the way the thinker's forward merges them (the audio tower
+  and vision encoder run here, their features scattered over the placeholder positions; for
+  Qwen3 also the deepstack features added at the early layers), and its 3-D M-RoPE positions from
+  the thinker's `get_rope_index`; generated tokens then sit at `index + rope_delta`;
+- every step's hidden-state outputs for the talker, named payloads of [n, hidden] rows:
+  `embeds` (`hidden_states[0]`, the input embeddings with multimodal features merged) and `hidden`
+  (the layer the talker reads). The prefill output carries the prompt's rows; the output with
+  token g_k carries the rows of input g_{k-1}; the last token's rows are never computed, exactly as
+  in `generate()`;
+- the first output's params carry what the talker needs for its own positions: the prompt ids,
+  image/video grids and audio feature lengths.
+
+Text-only decode batches run in CUDA graphs; the MoE thinker of Qwen3 routes tokens with host
+syncs, so it runs eagerly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from stages.errors import InvalidRequest
-from stages.models.omni_sampling import choose_token, make_generator
-from stages.models.omni_session_engine import new_output
-from stages.protocol import SamplingParams, StageOutput, StageRequest
-from stages.tensors import from_wire, to_wire
+import torch
 
-MM_PAYLOADS = ("input_features", "feature_attention_mask", "pixel_values", "image_grid_thw")
+from stages.ar.model_adapter import ModelInputs, ModelOutputs
+from stages.ar.mrope import rope_position_ids
+from stages.ar.sequence import Sequence
+from stages.config import StageDeployConfig
+from stages.protocol import StageRequest
+from stages.tensors import from_wire
+
+MM_PAYLOADS = (
+    "input_features",
+    "feature_attention_mask",
+    "pixel_values",
+    "image_grid_thw",
+    "pixel_values_videos",
+    "video_grid_thw",
+    "video_second_per_grid",
+)
 
 
-@dataclass
-class ThinkerOptions:
-    hidden_layer: int
-    """Which `hidden_states` entry the talker reads (-1: last layer for 2.5, accept_hidden_layer for 3)."""
-    hidden_for_generated: bool
-    """Whether generated tokens' hidden rows are sent too (2.5) or only the prompt's (3)."""
-    send_rows: bool = True
-    """False for the thinker-only pipeline: no talker reads the rows."""
+class ThinkerAdapter:
+    always_embed = False
 
+    def __init__(self, thinker, *, deepstack: bool = False):
+        from stages.ar.attention import ATTENTION_NAME, register
 
-class ThinkerSession:
-    def __init__(self, model, tokenizer, request: StageRequest, options: ThinkerOptions, device: str):
-        import torch
-        from transformers import DynamicCache
+        register()
+        thinker.model.config._attn_implementation = ATTENTION_NAME  # the text part only
+        self.model = thinker
+        self.text_config = thinker.config.get_text_config()
+        self.deepstack = deepstack
+        self.supports_cuda_graphs = not getattr(self.text_config, "num_experts", 0)
 
-        if not request.prompt_token_ids:
-            raise InvalidRequest("prompt", "the thinker needs a prompt, messages or prompt_token_ids")
-        self.model, self.tokenizer, self.options, self.device = model, tokenizer, options, device
-        self.sampling = request.sampling or SamplingParams(temperature=0.0, max_tokens=128)
-        self.generator = make_generator(self.sampling.seed, "cpu")
-        self.prompt_ids = list(request.prompt_token_ids)
-        self.inputs = {key: from_wire(value, device) for key, value in request.payloads.items() if key in MM_PAYLOADS}
-        self.use_audio_in_video = bool(request.params.get("use_audio_in_video", False))
-        self.cache = DynamicCache(config=model.config.get_text_config())
-        self.generated: list[int] = []
-        self.text = ""
-        self.rope_deltas = None
-        self.finished = False
-        self.torch = torch
+    # -- admission ---------------------------------------------------------------------------
 
-    def add_chunk(self, request: StageRequest) -> None:
-        raise InvalidRequest("request", "the thinker takes its whole prompt at once")
-
-    def ready(self) -> bool:
-        return not self.finished
-
-    def step(self) -> StageOutput:
-        torch = self.torch
-        with torch.no_grad():
-            if not self.generated:
-                output, rows_from = self._prefill(), 0
-            else:
-                output, rows_from = self._decode(), None
-        token = choose_token(output.logits[0, -1], self.sampling, self.generator)
-        self.generated.append(token)
-        finish_reason = self._finish_reason(token)
-        self.finished = finish_reason is not None
-        result = new_output(
-            modality="text",
-            token_ids=[token],
-            text=self._text_delta(),
-            finished=self.finished,
-            finish_reason=finish_reason,
-        )
-        if self.options.send_rows:
-            self._attach_rows(result, output, prompt=rows_from == 0)
-        return result
-
-    def _prefill(self):
-        torch = self.torch
-        input_ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=self.device)
-        attention_mask = torch.ones_like(input_ids)
-        audio_lengths = None
-        if "feature_attention_mask" in self.inputs:
-            audio_lengths = self.inputs["feature_attention_mask"].sum(-1)
-        positions, self.rope_deltas = self.model.get_rope_index(
-            input_ids,
-            self.inputs.get("image_grid_thw"),
-            None,
-            attention_mask,
-            self.use_audio_in_video,
+    @torch.inference_mode()
+    def admit(self, seq: Sequence, request: StageRequest) -> None:
+        device = self.model.device
+        inputs = {key: from_wire(value, device) for key, value in request.payloads.items() if key in MM_PAYLOADS}
+        prompt_ids = list(seq.token_ids)
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+        use_audio_in_video = bool(request.params.get("use_audio_in_video", False))
+        audio_lengths = inputs["feature_attention_mask"].sum(-1) if "feature_attention_mask" in inputs else None
+        positions, delta = self.model.get_rope_index(
+            ids,
+            inputs.get("image_grid_thw"),
+            inputs.get("video_grid_thw"),
+            torch.ones_like(ids),
+            use_audio_in_video,
             audio_lengths,
-            None,
+            inputs.get("video_second_per_grid"),
         )
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=positions,
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=True,
-            use_audio_in_video=self.use_audio_in_video,
-            **self.inputs,
-        )
+        seq.position_delta = int(delta.reshape(-1)[0])
+        if any(key in inputs for key in ("input_features", "pixel_values", "pixel_values_videos")):
+            seq.extra["rope"] = positions[:, 0, :]  # [3, prompt]
+            embeds, visual = self._merged_embeddings(ids, inputs)
+            seq.embeds_segments = [(0, embeds)]
+            if visual is not None:
+                seq.extra["deepstack"] = visual
+        seq.output_params = talker_position_inputs(prompt_ids, inputs, use_audio_in_video)
 
-    def _decode(self):
-        torch = self.torch
-        past = self.cache.get_seq_length()
-        input_ids = torch.tensor([[self.generated[-1]]], dtype=torch.long, device=self.device)
-        positions = (torch.arange(1, device=self.device).view(1, 1, -1) + past + self.rope_deltas).expand(3, 1, 1)
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=torch.ones((1, past + 1), dtype=torch.long, device=self.device),
-            position_ids=positions,
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=True,
-        )
+    def _merged_embeddings(self, ids: torch.Tensor, inputs: dict[str, torch.Tensor]):
+        """Steps 1-2 of the thinker's forward: text embeddings with audio, image and video features
+        scattered over their placeholders; for deepstack models also (visual mask, per-layer features)."""
+        thinker = self.model
+        embeds = thinker.get_input_embeddings()(ids)
+        if "input_features" in inputs:
+            audio = thinker.get_audio_features(
+                inputs["input_features"], inputs.get("feature_attention_mask"), None, return_dict=True
+            ).last_hidden_state
+            _, _, audio_mask = thinker.get_placeholder_mask(ids, inputs_embeds=embeds)
+            embeds = embeds.masked_scatter(audio_mask, audio.to(embeds.device, embeds.dtype))
+        masks, multiscale = [], []
+        for pixels, grid, kind in (
+            ("pixel_values", "image_grid_thw", "image"),
+            ("pixel_values_videos", "video_grid_thw", "video"),
+        ):
+            if pixels not in inputs:
+                continue
+            encode = thinker.get_image_features if kind == "image" else thinker.get_video_features
+            outputs = encode(inputs[pixels], inputs[grid], return_dict=True)
+            features = torch.cat(outputs.pooler_output, dim=0).to(embeds.device, embeds.dtype)
+            image_mask, video_mask, _ = thinker.get_placeholder_mask(
+                ids, inputs_embeds=embeds, **{f"{kind}_features": features}
+            )
+            mask = image_mask if kind == "image" else video_mask
+            embeds = embeds.masked_scatter(mask, features)
+            masks.append(mask[0, :, 0])
+            if self.deepstack:
+                multiscale.append([torch.cat(layer, dim=0) for layer in outputs.deepstack_features])
+        return embeds[0], self._deepstack_rows(masks, multiscale)
 
-    def _attach_rows(self, result: StageOutput, output: Any, *, prompt: bool) -> None:
-        hidden_states = output.hidden_states
-        result.payloads["embeds"] = to_wire(hidden_states[0][0].float())
-        if prompt or self.options.hidden_for_generated:
-            result.payloads["hidden"] = to_wire(hidden_states[self.options.hidden_layer][0].float())
-        if prompt:
-            result.params.update(self._talker_position_inputs())
-
-    def _talker_position_inputs(self) -> dict[str, Any]:
-        params: dict[str, Any] = {"thinker_prompt_ids": self.prompt_ids, "use_audio_in_video": self.use_audio_in_video}
-        if "image_grid_thw" in self.inputs:
-            params["image_grid_thw"] = self.inputs["image_grid_thw"].tolist()
-        if "feature_attention_mask" in self.inputs:
-            params["audio_feature_lengths"] = self.inputs["feature_attention_mask"].sum(-1).tolist()
-        return params
-
-    def _finish_reason(self, token: int) -> str | None:
-        count = len(self.generated)
-        if count < self.sampling.min_tokens:
+    def _deepstack_rows(self, masks: list[torch.Tensor], multiscale: list[list[torch.Tensor]]):
+        """(visual position mask [prompt], per-layer features [visual positions, hidden]) in prompt order."""
+        if not self.deepstack or not masks:
             return None
-        if not self.sampling.ignore_eos and token in self.stop_ids:
-            return "stop"
-        if count >= self.sampling.max_tokens:
-            return "length"
-        return None
+        joint = masks[0] if len(masks) == 1 else masks[0] | masks[1]
+        layers = []
+        for index in range(len(multiscale[0])):
+            rows = multiscale[0][index].new_zeros(int(joint.sum()), multiscale[0][index].shape[-1])
+            for mask, features in zip(masks, multiscale, strict=True):
+                rows[mask[joint]] = features[index]
+            layers.append(rows)
+        return joint, layers
 
-    @property
-    def stop_ids(self) -> set[int]:
-        return set(self.sampling.stop_token_ids)
+    # -- the model step ----------------------------------------------------------------------
 
-    def _text_delta(self) -> str:
-        text = self.tokenizer.decode(self.generated, skip_special_tokens=True)
-        if text.endswith("\ufffd") and not self.finished:
-            return ""
-        delta, self.text = text[len(self.text) :], text
-        return delta
+    def embed(self, token_ids: torch.Tensor, inputs: ModelInputs) -> torch.Tensor:
+        return self.model.get_input_embeddings()(token_ids)
+
+    def forward(self, inputs: ModelInputs) -> ModelOutputs:
+        kwargs: dict[str, Any] = {}
+        if inputs.output_hidden_states:
+            kwargs["output_hidden_states"] = True
+        if self.deepstack:
+            kwargs.update(self._deepstack_inputs(inputs))
+        out = self.model.model(
+            input_ids=inputs.input_ids,
+            inputs_embeds=inputs.inputs_embeds,
+            position_ids=rope_position_ids(inputs),
+            use_cache=False,
+            ar_batch=inputs.attention,
+            **kwargs,
+        )
+        rows = out.last_hidden_state[0]
+        if inputs.logits_indices is not None:
+            rows = rows[inputs.logits_indices]
+        hidden = tuple(h[0] for h in out.hidden_states) if inputs.output_hidden_states else None
+        return ModelOutputs(logits=self.model.lm_head(rows), hidden_states=hidden)
+
+    def _deepstack_inputs(self, inputs: ModelInputs) -> dict[str, Any]:
+        """The text model's `visual_pos_masks` [1, T] and per-layer features for the packed rows."""
+        pieces, masks, any_visual = [], [], False
+        for seq, start, count in inputs.sequences:
+            visual = seq.extra.get("deepstack")
+            mask = torch.zeros(count, dtype=torch.bool, device=self.model.device)
+            if visual is not None and start < visual[0].shape[0]:
+                joint, layers = visual
+                end = min(start + count, joint.shape[0])
+                mask[: end - start] = joint[start:end]
+                first, last = int(joint[:start].sum()), int(joint[:end].sum())
+                pieces.append([layer[first:last] for layer in layers])
+                any_visual = any_visual or last > first
+            masks.append(mask)
+        if not any_visual:
+            return {}
+        per_layer = [torch.cat([piece[index] for piece in pieces]) for index in range(len(pieces[0]))]
+        return {"visual_pos_masks": torch.cat(masks).unsqueeze(0), "deepstack_visual_embeds": per_layer}
+
+
+def talker_position_inputs(prompt_ids: list[int], inputs: dict[str, torch.Tensor], use_audio_in_video: bool):
+    params: dict[str, Any] = {"thinker_prompt_ids": prompt_ids, "use_audio_in_video": use_audio_in_video}
+    if "image_grid_thw" in inputs:
+        params["image_grid_thw"] = inputs["image_grid_thw"].tolist()
+    if "video_grid_thw" in inputs:
+        params["video_grid_thw"] = inputs["video_grid_thw"].tolist()
+    if "feature_attention_mask" in inputs:
+        params["audio_feature_lengths"] = inputs["feature_attention_mask"].sum(-1).tolist()
+    return params
+
+
+def build_thinker_engine(
+    thinker, tokenizer, stage_deploy: StageDeployConfig, *, hidden_layer: int, stop_ids, deepstack: bool = False
+):
+    """The thinker stage: `ARTorchEngine` over `ThinkerAdapter`, sending the talker its rows unless
+    `options.talker_inputs` is false (the thinker-only pipeline)."""
+    import msgspec
+
+    from stages.ar.torch_engine import ARTorchEngine
+
+    options = dict(stage_deploy.options)
+    if options.pop("talker_inputs", True):
+        options["hidden_payloads"] = {"embeds": 0, "hidden": hidden_layer}
+    deploy = msgspec.structs.replace(stage_deploy, options=options)
+    adapter = ThinkerAdapter(thinker, deepstack=deepstack)
+    return ARTorchEngine(
+        adapter, tokenizer, deploy, device=stage_deploy.device, eos_token_ids=set(stop_ids), stage_id=0
+    )

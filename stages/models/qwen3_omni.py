@@ -150,12 +150,12 @@ def _dtype(stage_deploy: StageDeployConfig):
 def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import AutoTokenizer, Qwen3OmniMoeThinkerForConditionalGeneration
 
-    from stages.models.omni_thinker import ThinkerOptions, ThinkerSession
+    from stages.models.omni_thinker import build_thinker_engine
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
     whole = config(model_dir)
-    model = load_submodule(
+    thinker = load_submodule(
         model_dir,
         Qwen3OmniMoeThinkerForConditionalGeneration,
         whole.thinker_config,
@@ -164,15 +164,9 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         dtype=_dtype(stage_deploy),
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    options = ThinkerOptions(
-        hidden_layer=whole.talker_config.accept_hidden_layer,
-        hidden_for_generated=False,
-        send_rows=stage_deploy.options.get("talker_inputs", True),
-    )
-    return SessionEngine(
-        0,
-        lambda request: ThinkerSession(model, tokenizer, request, options, stage_deploy.device),
-        stage_deploy.max_batch,
+    hidden_layer = whole.talker_config.accept_hidden_layer
+    return build_thinker_engine(
+        thinker, tokenizer, stage_deploy, hidden_layer=hidden_layer, stop_ids=(), deepstack=True
     )
 
 

@@ -107,3 +107,77 @@ def test_stop_string_split_over_tokens_is_held_back(engine):
             break
     assert stop == "are you"
     assert emitted == "Hello world, how "
+
+
+def test_repetition_penalty_equals_transformers(engine, tiny_llms, hf_models, helpers):
+    import torch
+
+    prompt = [5, 17, 5, 17, 5, 17, 9, 40]
+    with torch.no_grad():
+        reference = (
+            hf_models("qwen2")
+            .generate(
+                torch.tensor([prompt]), max_new_tokens=20, min_new_tokens=20, do_sample=False, repetition_penalty=1.8
+            )[0, len(prompt) :]
+            .tolist()
+        )
+    plain = helpers.run_engine(
+        engine,
+        {
+            0: [
+                StageRequest(
+                    request_id="p",
+                    prompt_token_ids=prompt,
+                    sampling=SamplingParams(temperature=0, max_tokens=20, ignore_eos=True),
+                )
+            ]
+        },
+    )["p"]
+    penalized = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, repetition_penalty=1.8)
+    other = StageRequest(
+        request_id="o", prompt_token_ids=[3, 4, 5], sampling=SamplingParams(temperature=0, max_tokens=20)
+    )
+    result = helpers.run_engine(
+        engine, {0: [other, StageRequest(request_id="r", prompt_token_ids=prompt, sampling=penalized)]}
+    )
+    assert result["r"].token_ids == reference
+    assert reference != plain.token_ids  # the penalty changed the greedy path
+
+
+def test_suppressed_tokens_are_never_sampled(engine, helpers):
+    greedy = helpers.run_engine(engine, {0: [request("g", temperature=0.0, max_tokens=12, ignore_eos=True)]})["g"]
+    banned = tuple(sorted(set(greedy.token_ids[:3])))
+
+    def suppress(step, engine):
+        if step == 0:
+            engine.sequences["s"].suppressed_token_ids = banned
+
+    result = helpers.run_engine(
+        engine, {0: [request("s", temperature=0.0, max_tokens=12, ignore_eos=True)]}, on_step=suppress
+    )["s"]
+    assert len(result.token_ids) == 12 and not set(result.token_ids) & set(banned)
+
+
+def test_input_limit_holds_a_sequence_until_its_side_input_arrives(engine, helpers):
+    """A talker-style sequence may not compute past `input_limit`; raising it lets it go on, and the
+    tokens equal those of a sequence that was never held."""
+    free = helpers.run_engine(engine, {0: [request("free", temperature=0.0, max_tokens=10, ignore_eos=True)]})["free"]
+    held_at = {}
+
+    def hold(step, engine):
+        seq = engine.sequences.get("held")
+        if seq is None:
+            return
+        if step == 0:
+            seq.input_limit = seq.num_prompt_tokens + 2  # two generated tokens may be fed back
+        elif seq.num_output_tokens == 3 and "at" not in held_at:
+            held_at["at"] = step
+        elif "at" in held_at and step == held_at["at"] + 5:
+            held_at["after_five_steps"] = seq.num_output_tokens
+            seq.input_limit = None
+
+    result = helpers.run_engine(
+        engine, {0: [request("held", temperature=0.0, max_tokens=10, ignore_eos=True)]}, on_step=hold
+    )["held"]
+    assert held_at["after_five_steps"] == 3
+    assert result.token_ids == free.token_ids

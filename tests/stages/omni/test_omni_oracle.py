@@ -53,7 +53,10 @@ def test_omni_offline_api_equals_transformers(omni_models, references, family, a
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
-def test_omni_stage_chain_codes_equal_transformers(omni_models, references, family):
+@pytest.mark.parametrize("graphs", [False, "uncaptured"])
+def test_omni_stage_chain_codes_equal_transformers(omni_models, references, family, graphs):
+    """`graphs="uncaptured"` runs the AR stages' CUDA-graph decode step (static buffers, padded batch,
+    the talker's embeddings buffer) eagerly, so its numerics are checked on CPU too."""
     reference = references[family]
     request = StageRequest(
         request_id="r0",
@@ -63,7 +66,8 @@ def test_omni_stage_chain_codes_equal_transformers(omni_models, references, fami
     talker = SamplingParams(temperature=0, max_tokens=N_CODES)
     # Small chunks force the code2wav stage to stream with left context rather than decode once
     # (Qwen2.5's token2wav runs a whole ODE per chunk, so its chunks are larger to keep the test quick).
-    [result] = run_chain(family, omni_models[family], [request], talker, CHUNKS[family]).values()
+    deploy = {**CHUNKS[family], "max_batch": 4, "options": {"cuda_graphs": graphs}}
+    [result] = run_chain(family, omni_models[family], [request], talker, deploy).values()
     assert result["tokens"] == reference["tokens"]
     assert result["codes"] == reference["codes"]
     assert len(result["codes"]) > 0

@@ -194,11 +194,12 @@ def test_omni_code2wav_failure_of_one_request_leaves_others(omni_models):
     assert outputs[-1].finished and not any(output.error for output in outputs)
 
 
-async def test_omni_cancel_mid_audio_frees_every_stage(omni_models):
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+async def test_omni_cancel_mid_audio_frees_every_stage(omni_models, family):
     from stages.omni import AsyncOmni
 
     deploy = {"stages": {"code2wav": {"first_chunk_size": 2, "async_chunk_size": 2}}}
-    async with AsyncOmni(omni_models["qwen3_omni"], deploy=deploy) as omni:
+    async with AsyncOmni(omni_models[family], deploy=deploy) as omni:
         stream = omni.generate(
             [{"role": "user", "content": "Tell me a long story"}],
             {"temperature": 0, "max_tokens": 40},
