@@ -37,6 +37,9 @@ class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     input_processor: str | None = None
     """Dotted path of the function that turns upstream outputs into this stage's input."""
     default_sampling: dict[str, Any] = {}
+    init_image: bool = False
+    """The stage can start from an input image instead of noise (image edits: `payloads["image"]`
+    with `params["strength"]`); the edits route serves pipelines whose entry stage can."""
 
 
 class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -95,6 +98,9 @@ def _validate_pipeline(config: PipelineConfig) -> None:
         raise ConfigError("stages.id", f"stage ids must be unique, got {ids}")
     if len(set(names)) != len(names):
         raise ConfigError("stages.name", f"stage names must be unique, got {names}")
+    for index, stage in enumerate(config.stages):
+        if stage.init_image and stage.kind != "diffusion":
+            raise ConfigError(f"stages[{index}].init_image", "only a diffusion stage can start from an input image")
     for index, edge in enumerate(config.edges):
         for end in ("source", "target"):
             if getattr(edge, end) not in ids:

@@ -190,6 +190,8 @@ def decode_image_bytes(raw: bytes, param: str):
     try:
         image = Image.open(io.BytesIO(raw))
         image.load()
+    except Image.DecompressionBombError as error:
+        raise ApiError(413, f"'{param}' has too many pixels: {error}", param=param, code="media_too_large") from None
     except (UnidentifiedImageError, OSError, ValueError) as error:
         raise invalid(param, f"'{param}' could not be decoded as an image: {error}", "invalid_image") from None
     return image

@@ -1,13 +1,9 @@
-"""POST /v1/images/generations (JSON) and POST /v1/images/edits (multipart).
+"""POST /v1/images/generations (JSON), and what it shares with images/edits (image_edits.py).
 
 `n` images are `n` requests through the serving path (seeds `seed`, `seed+1`, ... when a
 seed is given), run concurrently; `response_format` `b64_json` (default) or `url` (signed,
 expiring links to the stored artifacts); `output_format` png/jpeg/webp; diffusion knobs
 `num_inference_steps`, `guidance_scale`, `negative_prompt`, `seed`.
-
-Edits: the input image travels as an `image_url` part of a chat message to the pipeline's
-entry stage. A pipeline whose entry is a diffusion stage (text-to-image only, no image
-conditioning) answers 400 rather than silently ignoring the image.
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ from django.http import JsonResponse
 from control_plane.inference.models import Route
 from control_plane.inference.signing import signed_artifact_url
 from control_plane.openai_compat.access import Served, served_deployment
-from control_plane.openai_compat.bodies import convert, read_form, read_json
-from control_plane.openai_compat.chat_inputs import decode_image_bytes, max_media_bytes
+from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.errors import ApiError
 from control_plane.openai_compat.outcome import Outcome
 from control_plane.openai_compat.session import Recorder, StageFailed, drain, served_view, start
@@ -98,18 +93,6 @@ def require_images(served: Served) -> None:
             f"The model '{served.name}' does not generate images (it produces {served.output_modalities}).",
             param="model",
             code="unsupported_modality",
-        )
-
-
-def require_image_input(served: Served) -> None:
-    require_images(served)
-    if served.pipeline.entry_stage.kind == "diffusion":
-        raise ApiError(
-            400,
-            f"The model '{served.name}' generates images from text only; it cannot take input images "
-            "(no image-conditioned stage in its pipeline).",
-            param="image",
-            code="unsupported_input",
         )
 
 
@@ -199,42 +182,3 @@ async def generations(request, rec: Recorder):
                    estimate={"images": float(body.n)})  # fmt: skip
     outcome = await run_images(rec, stage_requests(rec, served, prompt_input(served, body.prompt), params, body.n))
     return await respond(request, rec, served, body, outcome, params["output_format"])
-
-
-@served_view(Route.IMAGE_EDITS, "POST")
-async def edits(request, rec: Recorder):
-    fields, files = read_form(request)
-    form = {key: values[0] for key, values in fields.items() if values}
-    rec.inputs = {"model": form.get("model")} if form.get("model") else {}
-    uploads = files.get("image", []) + files.get("image[]", [])
-    if not uploads:
-        raise ApiError(400, "Missing required parameter: 'image' (one or more image files).", param="image",
-                       code="missing_required_parameter")  # fmt: skip
-    parts = []
-    for index, upload in enumerate(uploads):
-        param = f"image[{index}]" if len(uploads) > 1 else "image"
-        if upload.size > max_media_bytes():
-            raise ApiError(
-                413, f"'{param}' is larger than {max_media_bytes()} bytes.", param=param, code="media_too_large"
-            )
-        raw_image = upload.read()
-        image = decode_image_bytes(raw_image, param)
-        mime = Image_MIME.get((image.format or "").upper(), "image/png")
-        parts.append(
-            {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{base64.b64encode(raw_image).decode()}"}}
-        )
-    if "mask" in files:
-        decode_image_bytes(files["mask"][0].read(), "mask")
-    body = convert(form, ImageRequest, strict=False)
-    params = validate(body)
-    served = await served_deployment(rec.caller, body.model, check=require_image_input)
-    rec.served = served
-    parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
-    await rec.open(served, inputs={"prompt": body.prompt, "images": len(parts)}, parameters=parameters,
-                   modalities=["image"], estimate={"images": float(body.n)})  # fmt: skip
-    message = {"messages": [{"role": "user", "content": [*parts, {"type": "text", "text": body.prompt}]}]}
-    outcome = await run_images(rec, stage_requests(rec, served, message, params, body.n))
-    return await respond(request, rec, served, body, outcome, params["output_format"])
-
-
-Image_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}

@@ -3,7 +3,16 @@ OpenAI-shaped 404."""
 
 from django.urls import include, path, re_path
 
-from control_plane.openai_compat import chat, completions, files, images, models_list, speech, videos
+from control_plane.openai_compat import (
+    chat,
+    completions,
+    files,
+    image_edits,
+    images,
+    models_list,
+    speech,
+    videos,
+)
 from control_plane.openai_compat.errors import ApiError, openai_endpoint
 
 
@@ -19,7 +28,7 @@ urlpatterns = [
     path("completions", completions.completions, name="v1-completions"),
     path("audio/speech", speech.speech, name="v1-audio-speech"),
     path("images/generations", images.generations, name="v1-images-generations"),
-    path("images/edits", images.edits, name="v1-images-edits"),
+    path("images/edits", image_edits.edits, name="v1-images-edits"),
     path("videos", videos.collection, name="v1-videos"),
     path("videos/<str:video_id>", videos.item, name="v1-video"),
     path("videos/<str:video_id>/content", videos.content, name="v1-video-content"),

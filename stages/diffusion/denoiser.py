@@ -5,7 +5,9 @@ the loop unrolled: encode prompts once, prepare each request's latents and sched
 run one transformer forward over many requests' rows, step each request's own
 scheduler, decode. A `Denoiser` does those pieces for one pipeline family, reusing the
 pipeline's own helpers (`encode_prompt`, `prepare_latents`, its VAE and image processor)
-so the numbers match the pipeline's `__call__`.
+so the numbers match the pipeline's `__call__`. A denoiser with `supports_edits` also
+starts requests from an input image (image-to-image, image_to_image.py), matching the
+family's diffusers img2img pipeline.
 
 Families with a denoiser: `DENOISERS` (pipeline class name -> "module:class"). Other
 pipelines run through whole-request batching.
@@ -43,6 +45,9 @@ def make_denoiser(pipe) -> Denoiser | None:
 
 
 class Denoiser(ABC):
+    supports_edits = False
+    """Whether `start` can begin a request from its input image (`params.init_image`)."""
+
     def __init__(self, pipe):
         self.pipe = pipe
         self.device = pipe._execution_device
@@ -63,7 +68,8 @@ class Denoiser(ABC):
 
     @abstractmethod
     def start(self, request: DiffusionRequest) -> None:
-        """Give the request its generator, scheduler, timesteps and initial latents."""
+        """Give the request its generator, scheduler, timesteps and initial latents (noise, or for an
+        edit its noised image and the rest of the schedule)."""
 
     @abstractmethod
     def predict(self, latents: torch.Tensor, timesteps: torch.Tensor, conditioning: Conditioning) -> torch.Tensor:

@@ -12,6 +12,10 @@ Three ways to run, chosen by `options.batching` (see options.py):
 Pipelines without a denoiser fall back from "step" to "request". Requests whose input
 arrives in chunks (`finished=False`, e.g. an upstream AR stage streaming its prompt)
 wait until the last chunk before they are validated and queued.
+
+Edits (an input image in `payloads["image"]`, `params["strength"]`; image_to_image.py) run
+in both step batching (where the denoiser supports them: SD3) and request batching (where
+diffusers has an img2img pipeline for the family); elsewhere they fail naming `image`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 
 from stages.config import StageDeployConfig
 from stages.diffusion.denoiser import make_denoiser
+from stages.diffusion.image_to_image import image_to_image_pipeline
 from stages.diffusion.options import DiffusionOptions, checkpoint_defaults, read_options
 from stages.diffusion.outputs import error_output, progress_output, result_output
 from stages.diffusion.params import parse_params
@@ -57,7 +62,8 @@ class DiffusionEngine(StageEngine):
             StepBatcher(denoiser, self.options.cfg_batching, self.options.step_cache) if denoiser else None
         )
         batch_limit = 1 if self.mode == "none" else max_batch
-        self.request_batcher = RequestBatcher(pipe, self.traits, batch_limit)
+        edit_pipe = image_to_image_pipeline(pipe) if self.mode != "step" else None
+        self.request_batcher = RequestBatcher(pipe, self.traits, batch_limit, edit_pipe)
         self.waiting: deque[DiffusionRequest] = deque()
         self.requests: dict[str, DiffusionRequest] = {}
         self.partial: dict[str, StageRequest] = {}
@@ -123,10 +129,22 @@ class DiffusionEngine(StageEngine):
     def num_running(self) -> int:
         return len(self.step_batcher.running) if self.step_batcher else 0
 
+    @property
+    def supports_edits(self) -> bool:
+        if self.mode == "step":
+            return self.step_batcher.denoiser.supports_edits
+        return self.request_batcher.edit_pipe is not None
+
     # --- internals --------------------------------------------------------------------
 
     def _queue(self, request: StageRequest) -> None:
         params = parse_params(request, self.traits, self.options)
+        if params.is_edit and not self.supports_edits:
+            raise InvalidRequest(
+                "image",
+                f"{type(self.pipe).__name__} cannot start from an input image: image edits need Stable Diffusion 3 "
+                "(step or request batching) or another family with a diffusers img2img pipeline (request batching)",
+            )
         state = DiffusionRequest(request_id=request.request_id, stage_id=request.stage_id, params=params)
         self.requests[request.request_id] = state
         self.waiting.append(state)
@@ -161,7 +179,7 @@ class DiffusionEngine(StageEngine):
         for request, pixels in zip(batch, result.pixels, strict=True):
             request.transformer_calls = result.progress_steps
             if self.options.progress_events:
-                total = request.params.num_inference_steps
+                total = request.params.denoising_steps
                 for step in range(1, result.progress_steps + 1):
                     outputs.append(progress_output(request, step, total, self.traits.is_video))
             outputs.append(self._finished(request, pixels))

@@ -3,7 +3,8 @@
 - progress: `modality` "image" (or "video"), not finished, no payloads,
   `params = {"progress": step / total, "step": step, "total_steps": total}`;
 - result: finished, `payloads["image"]` or `payloads["video"]` (see media.py for the payload
-  convention), `params` with format, mime_type, size, seed, steps and `progress` 1.0;
+  convention), `params` with format, mime_type, size, seed, steps (and an edit's strength) and
+  `progress` 1.0;
 - error: finished with `finish_reason` "error" and a `StageError` naming the field if any.
 """
 
@@ -50,6 +51,8 @@ def result_output(request: DiffusionRequest, pixels: np.ndarray, is_video: bool,
     }
     if is_video:
         info.update(num_frames=params.num_frames, fps=fps)
+    if params.is_edit:
+        info["strength"] = params.strength
     return StageOutput(
         request_id=request.request_id,
         stage_id=request.stage_id,

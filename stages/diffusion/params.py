@@ -1,15 +1,19 @@
 """Per-request diffusion parameters, read from `StageRequest.params` and checked.
 
 Every check raises `InvalidRequest` naming the field, so one bad request fails alone.
+An edit (a request with an input image in `payloads["image"]`) also takes `strength`
+(default 0.6) and, without a size, renders at its image's size.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from stages.diffusion.image_to_image import DEFAULT_STRENGTH, denoising_steps
+from stages.diffusion.init_image import read_init_image, size_from_image
 from stages.diffusion.options import DiffusionOptions
 from stages.errors import InvalidRequest
 from stages.protocol import StageRequest
@@ -46,21 +50,37 @@ class DiffusionParams:
     seed: int
     output_format: str
     num_frames: int = 1
+    strength: float | None = None
+    """Set for an edit (image-to-image, see image_to_image.py); None for text-to-image."""
+    init_image: Any = field(default=None, compare=False, repr=False)
+    """An edit's input image (RGB PIL image, see init_image.py)."""
 
     @property
     def do_cfg(self) -> bool:
         return self.guidance_scale > 1.0
 
+    @property
+    def is_edit(self) -> bool:
+        return self.init_image is not None
+
+    @property
+    def denoising_steps(self) -> int:
+        """The steps this request runs: fewer than `num_inference_steps` for an edit below strength 1."""
+        return denoising_steps(self.num_inference_steps, self.strength)
+
     def batch_key(self) -> tuple:
         """Requests with equal keys can share one pipeline call (request batching)."""
-        return (self.height, self.width, self.num_inference_steps, self.guidance_scale, self.num_frames)
+        return (self.height, self.width, self.num_inference_steps, self.guidance_scale, self.num_frames, self.strength)
 
 
 def parse_params(request: StageRequest, traits: PipelineTraits, options: DiffusionOptions) -> DiffusionParams:
     params = request.params
     prompt = request_prompt(request)
-    height = _int(params, "height", options.default_height or traits.default_height)
-    width = _int(params, "width", options.default_width or traits.default_width)
+    image = read_init_image(request)
+    strength = _strength(params, image)
+    default_height, default_width = _default_size(params, image, traits, options)
+    height = _int(params, "height", default_height)
+    width = _int(params, "width", default_width)
     _check_size("height", height, traits.size_multiple, options.max_height)
     _check_size("width", width, traits.size_multiple, options.max_width)
     steps = _int(params, "num_inference_steps", options.default_steps or traits.default_steps)
@@ -93,6 +113,8 @@ def parse_params(request: StageRequest, traits: PipelineTraits, options: Diffusi
         seed=seed,
         output_format=output_format,
         num_frames=num_frames,
+        strength=strength,
+        init_image=image,
     )
 
 
@@ -107,6 +129,26 @@ def request_prompt(request: StageRequest) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidRequest("prompt", "a diffusion stage needs a non-empty text prompt")
     return prompt
+
+
+def _strength(params: dict[str, Any], image) -> float | None:
+    strength = _float(params, "strength", None)
+    if image is None:
+        if strength is not None:
+            raise InvalidRequest("strength", "applies to image edits only: send an input image")
+        return None
+    if strength is None:
+        return DEFAULT_STRENGTH
+    if not math.isfinite(strength) or not 0 < strength <= 1:
+        raise InvalidRequest("strength", f"must be in (0, 1], got {strength}")
+    return strength
+
+
+def _default_size(params: dict[str, Any], image, traits: PipelineTraits, options: DiffusionOptions) -> tuple[int, int]:
+    """(height, width) for a request that names none: an edit keeps its image's size."""
+    if image is not None and (params.get("height") is None or params.get("width") is None):
+        return size_from_image(image, traits.size_multiple, options.max_height, options.max_width)
+    return options.default_height or traits.default_height, options.default_width or traits.default_width
 
 
 def _default_guidance(options: DiffusionOptions, traits: PipelineTraits) -> float:
@@ -142,7 +184,7 @@ def _int(params: dict[str, Any], name: str, default: int | None) -> int | None:
     return int(value)
 
 
-def _float(params: dict[str, Any], name: str, default: float) -> float:
+def _float(params: dict[str, Any], name: str, default: float | None) -> float | None:
     value = params.get(name)
     if value is None:
         return default

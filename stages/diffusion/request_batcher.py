@@ -4,6 +4,9 @@ Compatible means the same size, frame count, steps and guidance (`DiffusionParam
 each request keeps its own prompt, negative prompt and seed (one generator per prompt, which
 diffusers' `prepare_latents` honours row by row). Works for any diffusers text-to-image or
 text-to-video pipeline; with `max_batch=1` it is one pipeline call at a time.
+
+Edits (same strength too, by the batch key) call `edit_pipe`, the family's img2img pipeline over
+the same components (image_to_image.py), with each request's input image.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ class BatchResult:
 
 
 class RequestBatcher:
-    def __init__(self, pipe, traits: PipelineTraits, max_batch: int):
+    def __init__(self, pipe, traits: PipelineTraits, max_batch: int, edit_pipe=None):
         self.pipe = pipe
+        self.edit_pipe = edit_pipe
+        """The img2img pipeline for edits, or None when this family cannot edit."""
         self.traits = traits
         self.max_batch = max_batch
-        self.accepts = set(inspect.signature(pipe.__call__).parameters)
 
     def take_batch(self, waiting: deque[DiffusionRequest]) -> list[DiffusionRequest]:
         """The oldest waiting request and the compatible ones after it (removed from `waiting`)."""
@@ -49,6 +53,22 @@ class RequestBatcher:
 
     def run(self, batch: list[DiffusionRequest]) -> BatchResult:
         result = BatchResult(batch)
+        pipe = self.edit_pipe if batch[0].params.is_edit else self.pipe
+        accepts = set(inspect.signature(pipe.__call__).parameters)
+        kwargs = self._call_kwargs(batch, accepts)
+        if "callback_on_step_end" in accepts:
+
+            def count_step(_pipe, step, timestep, callback_kwargs):
+                result.progress_steps += 1
+                return {}
+
+            kwargs["callback_on_step_end"] = count_step
+        output = pipe(**kwargs)
+        pixels = output.frames if self.traits.is_video else output.images
+        result.pixels = [np.asarray(p) for p in pixels]
+        return result
+
+    def _call_kwargs(self, batch: list[DiffusionRequest], accepts: set[str]) -> dict:
         first = batch[0].params
         kwargs = {
             "prompt": [r.params.prompt for r in batch],
@@ -62,18 +82,10 @@ class RequestBatcher:
         }
         if self.traits.is_video:
             kwargs["num_frames"] = first.num_frames
-        if "use_resolution_binning" in self.accepts:
-            kwargs["use_resolution_binning"] = False
-        if "clean_caption" in self.accepts:
-            kwargs["clean_caption"] = False
-        if "callback_on_step_end" in self.accepts:
-
-            def count_step(pipe, step, timestep, callback_kwargs):
-                result.progress_steps += 1
-                return {}
-
-            kwargs["callback_on_step_end"] = count_step
-        output = self.pipe(**kwargs)
-        pixels = output.frames if self.traits.is_video else output.images
-        result.pixels = [np.asarray(p) for p in pixels]
-        return result
+        if first.is_edit:
+            kwargs["image"] = [r.params.init_image for r in batch]
+            kwargs["strength"] = first.strength
+        for switch in ("use_resolution_binning", "clean_caption"):
+            if switch in accepts:
+                kwargs[switch] = False
+        return kwargs

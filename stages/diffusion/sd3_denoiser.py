@@ -1,12 +1,16 @@
-"""Stable Diffusion 3 (MMDiT, flow matching) for step batching; mirrors StableDiffusion3Pipeline.__call__."""
+"""Stable Diffusion 3 (MMDiT, flow matching) for step batching; mirrors StableDiffusion3Pipeline.__call__
+and, for edits, StableDiffusion3Img2ImgPipeline.__call__."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3 import calculate_shift, retrieve_timesteps
+from diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3_img2img import retrieve_latents
+from diffusers.utils.torch_utils import randn_tensor
 
 from stages.diffusion.denoiser import Conditioning, Denoiser, split_rows
+from stages.diffusion.image_to_image import skip_to_strength
 from stages.diffusion.params import PipelineTraits
 from stages.diffusion.request import DiffusionRequest
 
@@ -14,6 +18,8 @@ MAX_SEQUENCE_LENGTH = 256  # the pipeline's default T5 length; every prompt pads
 
 
 class SD3Denoiser(Denoiser):
+    supports_edits = True
+
     def traits(self) -> PipelineTraits:
         pipe = self.pipe
         default_size = pipe.default_sample_size * pipe.vae_scale_factor
@@ -47,9 +53,16 @@ class SD3Denoiser(Denoiser):
         return conditional, unconditional
 
     def start(self, request: DiffusionRequest) -> None:
-        pipe, params = self.pipe, request.params
+        params = request.params
         request.generator = self.new_generator(params.seed)
         request.scheduler = self.new_scheduler()
+        request.timesteps, _ = retrieve_timesteps(
+            request.scheduler, params.num_inference_steps, self.device, **self._shift_kwargs(request)
+        )
+        if params.is_edit:
+            self._start_from_image(request)
+            return
+        pipe = self.pipe
         request.latents = pipe.prepare_latents(
             1,
             pipe.transformer.config.in_channels,
@@ -59,18 +72,27 @@ class SD3Denoiser(Denoiser):
             self.device,
             request.generator,
         )
-        request.timesteps, _ = retrieve_timesteps(
-            request.scheduler, params.num_inference_steps, self.device, **self._shift_kwargs(request)
-        )
+
+    def _start_from_image(self, request: DiffusionRequest) -> None:
+        """The img2img pipeline's `get_timesteps` and `prepare_latents`, on the request's own scheduler."""
+        params, vae = request.params, self.pipe.vae
+        request.timesteps = skip_to_strength(request.scheduler, params.num_inference_steps, params.strength)
+        image = self.pipe.image_processor.preprocess(params.init_image, height=params.height, width=params.width)
+        image = image.to(device=self.device, dtype=self.dtype)
+        image_latents = retrieve_latents(vae.encode(image), generator=request.generator)
+        image_latents = (image_latents - vae.config.shift_factor) * vae.config.scaling_factor
+        noise = randn_tensor(image_latents.shape, generator=request.generator, device=self.device, dtype=self.dtype)
+        request.latents = request.scheduler.scale_noise(image_latents, request.timesteps[:1], noise).to(self.dtype)
 
     def _shift_kwargs(self, request: DiffusionRequest) -> dict:
         config = self.pipe.scheduler.config
         if not config.get("use_dynamic_shifting", None):
             return {}
-        patch = self.pipe.transformer.config.patch_size
-        _, _, height, width = request.latents.shape
+        pipe, params = self.pipe, request.params
+        patch = pipe.transformer.config.patch_size
+        latent_height, latent_width = params.height // pipe.vae_scale_factor, params.width // pipe.vae_scale_factor
         mu = calculate_shift(
-            (height // patch) * (width // patch),
+            (latent_height // patch) * (latent_width // patch),
             config.get("base_image_seq_len", 256),
             config.get("max_image_seq_len", 4096),
             config.get("base_shift", 0.5),

@@ -5,6 +5,11 @@ with step-level continuous batching, any other (Flux, Sana, ...) with request ba
 Per-request parameters travel in `StageRequest.params` (height, width,
 num_inference_steps, guidance_scale, negative_prompt, seed, output_format); the stage's
 deploy `options` switch batching and accelerations (stages/diffusion/options.py).
+
+The stage also edits images (image-to-image: an input image in `payloads["image"]`,
+`params["strength"]`, stages/diffusion/image_to_image.py) for checkpoints whose family
+has an img2img pipeline in diffusers: SD3 (step and request batching), Flux and the
+like (request batching). PixArt-Sigma has none and refuses edits naming `image`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ PIPELINE = PipelineConfig(
     family="text_to_image",
     name="text_to_image",
     description="One diffusion transformer stage: a text prompt in, an image out.",
-    stages=[StageConfig(id=0, name=STAGE_NAME, kind="diffusion", output="image", default_backend="diffusers")],
+    stages=[
+        StageConfig(
+            id=0, name=STAGE_NAME, kind="diffusion", output="image", default_backend="diffusers", init_image=True
+        )
+    ],
 )
 
 

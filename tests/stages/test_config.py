@@ -109,6 +109,7 @@ def _stage(id, name, **extra):
             "edges",
         ),
         ({"family": "f", "name": "p", "stages": [_stage(0, "a", kind="transformer")]}, "stages[0].kind"),
+        ({"family": "f", "name": "p", "stages": [_stage(0, "a", init_image=True)]}, "stages[0].init_image"),
     ],
 )
 def test_pipeline_errors_name_the_field(data, field):

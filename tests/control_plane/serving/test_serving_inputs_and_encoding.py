@@ -1,12 +1,15 @@
 """In-process checks of the pieces under the /v1 routes: remote media fetching (only when
-allowed, bounded in size), audio containers, signed artifact tokens, sampling per stage."""
+allowed, bounded in size), image decoding limits, audio containers, signed artifact tokens,
+sampling per stage."""
 
 from __future__ import annotations
 
 import base64
 import http.server
 import io
+import struct
 import threading
+import zlib
 
 import numpy as np
 import pytest
@@ -15,7 +18,7 @@ from PIL import Image
 
 from control_plane.inference.signing import artifact_id_from_token, artifact_token
 from control_plane.openai_compat import audio_encoding
-from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
+from control_plane.openai_compat.chat_inputs import decode_image_bytes, prepare_messages, summarize
 from control_plane.openai_compat.errors import ApiError
 from control_plane.openai_compat.sampling import build_sampling
 from stages.config import EdgeConfig, PipelineConfig, StageConfig
@@ -99,6 +102,22 @@ async def test_text_only_parts_flatten_and_audio_parts_are_checked():
     part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav.getvalue()).decode(), "format": "wav"}}
     (message,) = await prepare_messages([{"role": "user", "content": [part, {"type": "text", "text": "hear"}]}])
     assert message["content"][0]["type"] == "input_audio"
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG that declares a size and holds no pixels: what a decompression bomb looks like to Image.open."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def test_an_image_with_too_many_pixels_is_refused_naming_its_field():
+    with pytest.raises(ApiError) as raised:
+        decode_image_bytes(png_header_only(20000, 20000), "image")
+    assert (raised.value.status, raised.value.param, raised.value.code) == (413, "image", "media_too_large")
 
 
 @pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus"])

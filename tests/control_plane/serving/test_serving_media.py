@@ -1,6 +1,7 @@
 """Images and video jobs through the SDK against tiny diffusion deployments (SD3 and Wan
 checkpoints built locally): images decode to the requested size, `url` links are signed and
-expire, video jobs run from the database with progress and download as MP4."""
+expire, image edits start from the uploaded image (with their bad inputs answered 4xx naming
+the field), video jobs run from the database with progress and download as MP4."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import time
 
 import httpx
+import openai
 import pytest
 from PIL import Image
 from procs import PYTHON, REPO, wait_for
@@ -19,6 +21,8 @@ from control_plane.inference.models import InferenceRequest
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 FAST = {"num_inference_steps": 2}
+EDIT_LIMIT = 256
+"""The tiny image deployment renders at most EDIT_LIMIT x EDIT_LIMIT."""
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +38,11 @@ def test_images_and_video_jobs(serving_stack, tiny_diffusion):
 
 
 def images_and_video_jobs(serving_stack, tiny_diffusion):
-    serving_stack.deploy("tiny-image", "text_to_image", model_dir=str(tiny_diffusion / "sd3"))
+    limits = {"max_height": EDIT_LIMIT, "max_width": EDIT_LIMIT}
+    serving_stack.deploy(
+        "tiny-image", "text_to_image", model_dir=str(tiny_diffusion / "sd3"),
+        deploy_config={"stages": {"dit": {"options": limits}}},
+    )  # fmt: skip
     serving_stack.deploy("tiny-video", "text_to_video", model_dir=str(tiny_diffusion / "wan"))
     serving_stack.wait_running("tiny-image", "tiny-video", timeout=240)
     client = serving_stack.client(timeout=120)
@@ -61,12 +69,7 @@ def images_and_video_jobs(serving_stack, tiny_diffusion):
     assert Image.open(io.BytesIO(fetched.content)).size == (32, 32)
     assert linked.data[0].model_extra["expires_at"] > time.time()
 
-    png = io.BytesIO()
-    Image.new("RGB", (32, 32), "white").save(png, format="PNG")
-    edit = serving_stack.http(
-        "POST", "/v1/images/edits", data={"model": "tiny-image", "prompt": "x"}, files={"image": ("a.png", png.getvalue(), "image/png")}
-    )  # fmt: skip
-    assert edit.status_code == 400 and edit.json()["error"]["code"] == "unsupported_input"
+    image_edits(serving_stack)
 
     chat = client.chat.completions.create(
         model="tiny-image", messages=[{"role": "user", "content": "a green tree"}], extra_body={"size": "32x32", **FAST}
@@ -96,7 +99,77 @@ def images_and_video_jobs(serving_stack, tiny_diffusion):
 
     rows = InferenceRequest.objects.filter(deployment_name="tiny-image", status="completed")
     assert rows.filter(route="images.generations").count() == 3 and rows.filter(route="chat.completions").count() == 1
-    assert InferenceRequest.objects.filter(route="images.edits", status="failed").count() == 1
+    assert rows.filter(route="images.edits").count() == 3
+    assert InferenceRequest.objects.filter(route="images.edits", status="failed").count() == len(BAD_EDITS) + 1
+
+
+def png_of(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def picture(width: int, height: int, colour: str) -> bytes:
+    image = Image.new("RGB", (width, height), colour)
+    image.paste(Image.new("RGB", (width // 2, height // 2), "black"), (width // 4, height // 4))
+    return png_of(image)
+
+
+def decoded(result) -> list[Image.Image]:
+    return [Image.open(io.BytesIO(base64.b64decode(item.b64_json))) for item in result.data]
+
+
+def image_edits(serving_stack):
+    client = serving_stack.client(timeout=120)
+    red = ("red.png", picture(48, 32, "red"), "image/png")
+    sized = client.images.edit(
+        model="tiny-image", image=red, prompt="make it blue", size="64x32",
+        extra_body={"seed": 3, "strength": 0.5, **FAST},
+    )  # fmt: skip
+    assert sized.size == "64x32" and [image.size for image in decoded(sized)] == [(64, 32)]
+
+    # strength 0.5 of 2 steps runs the last one, from the image half noised
+    half = {"seed": 3, "strength": 0.5, **FAST}
+    own_size = client.images.edit(model="tiny-image", image=red, prompt="make it blue", extra_body=half)
+    assert [image.size for image in decoded(own_size)] == [(48, 32)]  # no size: the input's own
+    green = ("green.png", picture(48, 32, "green"), "image/png")
+    other = client.images.edit(model="tiny-image", image=green, prompt="make it blue", extra_body=half)
+    assert decoded(other)[0].tobytes() != decoded(own_size)[0].tobytes()  # the result starts from the image
+
+    row = InferenceRequest.objects.filter(route="images.edits", status="completed").order_by("created_at").first()
+    assert row.inputs["image"] == {"width": 48, "height": 32, "format": "png", "bytes": len(red[1])}
+    assert row.parameters["strength"] == 0.5 and row.parameters["size"] == "64x32"
+    artifact = row.artifacts.get()
+    assert artifact.kind == "image" and (artifact.meta["width"], artifact.meta["height"]) == (64, 32)
+
+    for name, fields, files, status, param in BAD_EDITS:
+        response = serving_stack.http(
+            "POST", "/v1/images/edits", data={"model": "tiny-image", "prompt": "x", **fields}, files=files
+        )
+        assert response.status_code == status, f"{name}: {response.status_code} {response.text[:300]}"
+        error = response.json()["error"]
+        assert error["param"] == param and error["message"], f"{name}: {error}"
+        assert set(error) == {"message", "type", "param", "code"}, name
+    with pytest.raises(openai.BadRequestError) as raised:  # the SDK sees the same errors
+        client.images.edit(model="tiny-image", image=red, prompt="x", extra_body={"strength": 2})
+    assert raised.value.body["param"] == "strength"
+
+
+def _png(width: int = 32, height: int = 32) -> dict:
+    return {"image": ("in.png", picture(width, height, "white"), "image/png")}
+
+
+# (name, form fields, files, status, param); each is one failed images.edits row
+BAD_EDITS = [
+    ("strength zero", {"strength": "0"}, _png(), 400, "strength"),
+    ("strength above one", {"strength": "1.5"}, _png(), 400, "strength"),
+    ("strength not a number", {"strength": "half"}, _png(), 400, "strength"),
+    ("mask", {}, {**_png(), "mask": ("mask.png", picture(32, 32, "black"), "image/png")}, 400, "mask"),
+    ("undecodable image", {}, {"image": ("in.png", b"\x89PNG not really", "image/png")}, 400, "image"),
+    ("image over the byte limit", {}, {"image": ("in.png", b"\0" * (10 * 1024 * 1024 + 1), "image/png")}, 413, "image"),
+    ("image over the size limit", {}, _png(EDIT_LIMIT + 64, 32), 400, "image"),
+    ("two images", {}, [("image[]", ("a.png", picture(32, 32, "red"), "image/png"))] * 2, 400, "image"),
+]  # fmt: skip
 
 
 def video_jobs_survive_a_web_restart(serving_stack):

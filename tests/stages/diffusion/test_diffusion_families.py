@@ -89,5 +89,6 @@ def test_ar_to_dit_pipeline_shape_and_state_carrying_edges():
         )
         assert variant.edges[0].carries == carries
     assert get_family("text_to_image").pipeline.stages == [
-        StageConfig(id=0, name="dit", kind="diffusion", output="image", default_backend="diffusers")
+        StageConfig(id=0, name="dit", kind="diffusion", output="image", default_backend="diffusers", init_image=True)
     ]
+    assert not get_family("ar_to_dit").pipeline.entry_stage.init_image
