@@ -65,6 +65,30 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of `choices`, matched case-insensitively, returned as spelled in `choices`."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    by_lower = {choice.lower(): choice for choice in choices}
+    if value.strip().lower() not in by_lower:
+        raise EnvError(name, f"one of {', '.join(choices)}", value)
+    return by_lower[value.strip().lower()]
+
+
+def env_colon_tuples(name: str, default: list[str], fields: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """A comma list of `a:b:c` items, each with exactly the named non-empty fields."""
+    items = env_list(name, default)
+    expected = f"a comma list of {':'.join(fields)} items (empty for none)"
+    parsed = []
+    for item in items:
+        parts = tuple(part.strip() for part in item.split(":"))
+        if len(parts) != len(fields) or not all(parts):
+            raise EnvError(name, expected, os.environ.get(name, ",".join(default)))
+        parsed.append(parts)
+    return parsed
+
+
 DATABASE_SCHEMES = ("postgres", "postgresql", "sqlite")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 

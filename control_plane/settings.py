@@ -17,6 +17,8 @@ from control_plane.env import (
     REDIS_SCHEMES,
     EnvError,
     env_bool,
+    env_choice,
+    env_colon_tuples,
     env_float,
     env_int,
     env_list,
@@ -181,12 +183,17 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+try:
+    LOG_LEVEL = env_choice("OMNISTAGE_LOG_LEVEL", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), "INFO")
+except EnvError as error:
+    sys.exit(f"omnistage: configuration error: {error}")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("OMNISTAGE_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
@@ -200,10 +207,14 @@ except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
 
 # Demo deployments `make run` creates (name:pipeline:tiny checkpoint), comma-separated; empty for none.
-DEMO_DEPLOYMENTS = env_list(
-    "OMNISTAGE_DEMO",
-    ["tiny-llm:llm:qwen2", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
-)
+try:
+    DEMO_DEPLOYMENTS = env_colon_tuples(
+        "OMNISTAGE_DEMO",
+        ["tiny-llm:llm:qwen2", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
+        ("name", "pipeline", "checkpoint"),
+    )
+except EnvError as error:
+    sys.exit(f"omnistage: configuration error: {error}")
 
 AUTHENTICATION_BACKENDS = ["control_plane.accounts.backends.ThrottledModelBackend"]
 try:

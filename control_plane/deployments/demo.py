@@ -28,11 +28,7 @@ class DemoDeployment:
 
 
 def demo_deployments() -> list[DemoDeployment]:
-    demos = []
-    for item in settings.DEMO_DEPLOYMENTS:
-        name, pipeline, checkpoint = item.split(":")
-        demos.append(DemoDeployment(name, pipeline, checkpoint))
-    return demos
+    return [DemoDeployment(*item) for item in settings.DEMO_DEPLOYMENTS]
 
 
 def build_checkpoints(names: list[str], out=sys.stdout) -> None:

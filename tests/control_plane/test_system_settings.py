@@ -25,6 +25,9 @@ def manage_check(**env_overrides) -> subprocess.CompletedProcess:
         ("DJANGO_DEBUG", "maybe", "a boolean"),
         ("OMNISTAGE_HEARTBEAT_TTL", "soon", "a number"),
         ("OMNISTAGE_PORT", "0", "an integer >= 1"),
+        ("OMNISTAGE_LOG_LEVEL", "bogus", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("OMNISTAGE_DEMO", "tiny-llm:llm", "a comma list of name:pipeline:checkpoint items"),
+        ("OMNISTAGE_DEMO", "tiny-llm::qwen2", "a comma list of name:pipeline:checkpoint items"),
     ],
 )
 def test_bad_environment_value_names_the_variable_and_the_expected_form(variable, value, expected):

@@ -1,5 +1,6 @@
 """`manage.py omni_up`: the embedded platform comes up, answers, and stops cleanly."""
 
+import os
 import re
 import signal
 import socket
@@ -21,7 +22,8 @@ def embedded_env(platform_env, tmp_path):
     return env
 
 
-def test_omni_up_serves_health_and_ready_then_stops_everything_on_sigint(embedded_env, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_omni_up_serves_health_and_ready_then_stops_everything_on_a_signal(embedded_env, tmp_path, signum):
     port = free_port()
     started = time.monotonic()
     up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"], embedded_env,
@@ -42,7 +44,7 @@ def test_omni_up_serves_health_and_ready_then_stops_everything_on_sigint(embedde
         for name in ("redis", "worker", "orchestrator", "web"):
             assert re.search(rf"\[\s*{name}\]", log), f"no prefixed log lines for {name}"
 
-        up.process.send_signal(signal.SIGINT)
+        up.process.send_signal(signum)
         assert up.process.wait(timeout=60) == 0
         wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=15, what="children gone")
         assert "all components stopped" in up.output()
@@ -62,3 +64,21 @@ def test_omni_up_exits_non_zero_naming_the_component_that_failed(embedded_env, t
     assert result.returncode != 0
     assert "start-up failed: web exited with code" in result.stdout
     assert "all components stopped" in result.stdout
+
+
+def test_a_component_that_dies_after_start_up_stops_everything_and_exits_non_zero(embedded_env, tmp_path):
+    port = free_port()
+    up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"], embedded_env,
+              tmp_path / "up.log")  # fmt: skip
+    try:
+        wait_for(lambda: "Omnistage is ready" in up.output(), timeout=120, what="omni_up ready")
+        log = up.output()
+        pids = dict(re.findall(r"\[\s*(\w+)\] ready \(pid (\d+)\)", log))
+        assert set(pids) == {"redis", "worker", "orchestrator", "web"}, log
+        os.kill(int(pids["orchestrator"]), signal.SIGKILL)
+        assert up.process.wait(timeout=60) != 0
+        assert "orchestrator exited with code -9; stopping everything" in up.output()
+        assert "all components stopped" in up.output()
+        wait_for(lambda: not any(pid_alive(int(pid)) for pid in pids.values()), timeout=15, what="children gone")
+    finally:
+        up.stop()
