@@ -57,7 +57,7 @@ class ThinkerAdapter:
         self.model = thinker
         self.text_config = thinker.config.get_text_config()
         self.deepstack = deepstack
-        self.supports_cuda_graphs = not getattr(self.text_config, "num_experts", 0)
+        self.supports_cuda_graphs = not is_mixture_of_experts(self.text_config)
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -174,6 +174,11 @@ class ThinkerAdapter:
             return {}
         per_layer = [torch.cat([piece[index] for piece in pieces]) for index in range(len(pieces[0]))]
         return {"visual_pos_masks": torch.cat(masks).unsqueeze(0), "deepstack_visual_embeds": per_layer}
+
+
+def is_mixture_of_experts(config) -> bool:
+    """MoE blocks route tokens with host syncs, which CUDA graphs cannot capture."""
+    return bool(getattr(config, "num_experts", 0) or getattr(config, "num_local_experts", 0))
 
 
 def talker_position_inputs(prompt_ids: list[int], inputs: dict[str, torch.Tensor], use_audio_in_video: bool):

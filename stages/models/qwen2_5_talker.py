@@ -1,7 +1,8 @@
 """The Qwen2.5-Omni talker stage on the continuous-batching AR engine.
 
-`TalkerEngine` is the thinker -> talker input processor (it runs on the talker's host) in front
-of an `ARTorchEngine` whose `TalkerAdapter` drives `talker.model` unmodified. Dataflow of
+`TalkerEngine` is the thinker -> talker input processor (it runs on the talker's host; the frame
+it shares with the Qwen3 talker is stages/models/omni_talker.py) in front of an `ARTorchEngine`
+whose `TalkerAdapter` drives `talker.model` unmodified. Dataflow of
 `Qwen2_5OmniForConditionalGeneration.generate(..., return_audio=True)` (transformers 5.19):
 
 - the thinker's rows arrive as named payloads `embeds` (its input embeddings) and `hidden` (its
@@ -28,20 +29,13 @@ static embeddings buffer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-import msgspec
 import torch
 
-from stages.ar.inputs import parse_sampling
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
 from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
-from stages.engine import StageEngine
-from stages.errors import InvalidRequest
-from stages.protocol import StageOutput, StageRequest
-from stages.tensors import from_wire
+from stages.models.omni_talker import OmniTalkerEngine, ThinkerRows
+from stages.protocol import StageOutput
 
 TALKER_EOS = (8292, 8294)
 REPETITION_PENALTY = 1.05
@@ -103,153 +97,52 @@ class ReplyRows:
         return self.eos if index == len(self.rows) else self.pad
 
 
-@dataclass
-class Upstream:
-    """What a request received from the thinker so far."""
+class TalkerEngine(OmniTalkerEngine):
+    default_voice = "Chelsie"
+    repetition_penalty = REPETITION_PENALTY
 
-    prompt_ids: list[int]
-    voice_bos: int
-    sampling: Any
-    stage_id: int
-    tokens: list[int] = field(default_factory=list)
-    embeds: list[torch.Tensor] = field(default_factory=list)
-    hidden: list[torch.Tensor] = field(default_factory=list)
-    rows: int = 0
-    done: bool = False
-    params: dict[str, Any] = field(default_factory=dict)
-    seq: Sequence | None = None
-    rows_sent: int = 0
-
-    @property
-    def generated_rows(self) -> int:
-        return self.rows - len(self.prompt_ids)
-
-    def row(self, index: int) -> torch.Tensor:
-        """hidden + embeds of thinker row `index` (from the chunks as they came)."""
-        for embeds, hidden in zip(self.embeds, self.hidden, strict=True):
-            if index < embeds.shape[0]:
-                return hidden[index] + embeds[index]
-            index -= embeds.shape[0]
-        raise IndexError(index)
-
-    def rows_between(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        embeds, hidden = torch.cat(self.embeds), torch.cat(self.hidden)
-        return embeds[start:end], hidden[start:end]
-
-
-class TalkerEngine(StageEngine):
     def __init__(self, engine, thinker_rows: dict[int, torch.Tensor], voices: dict[str, int], *, qwen_prompt: bool):
-        self.engine = engine
-        self.talker = engine.adapter.model
-        self.config = self.talker.config
-        self.device = engine.device
-        self.dtype = next(self.talker.parameters()).dtype
+        super().__init__(engine, voices)
         self.thinker_rows = thinker_rows
-        self.voices = {name.lower(): token for name, token in voices.items()}
-        self.voice_names = sorted(voices)
         self.qwen_prompt = qwen_prompt
-        self.upstreams: dict[str, Upstream] = {}
-        self.silent: list[StageOutput] = []
 
-    # -- StageEngine -------------------------------------------------------------------------
-
-    def add_request(self, request: StageRequest) -> None:
-        if request.request_id in self.upstreams:
-            raise InvalidRequest("request_id", f"request {request.request_id!r} is already running")
-        voice = str(request.params.get("voice") or "Chelsie").lower()
-        if voice not in self.voices:
-            raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {self.voice_names}")
-        if "thinker_prompt_ids" not in request.params:
-            raise InvalidRequest("params.thinker_prompt_ids", "the talker needs the thinker's first output")
-        sampling = parse_sampling(request, self.engine.options.get("sampling"))
-        if sampling.repetition_penalty is None:
-            sampling = msgspec.structs.replace(sampling, repetition_penalty=REPETITION_PENALTY)
-        upstream = Upstream(
-            prompt_ids=list(request.params["thinker_prompt_ids"]),
-            voice_bos=self.voices[voice],
-            sampling=sampling,
-            stage_id=request.stage_id,
-            params=dict(request.params),
-        )
-        self.upstreams[request.request_id] = upstream
-        self._receive(request, upstream)
-
-    def add_chunk(self, request: StageRequest) -> None:
-        upstream = self.upstreams.get(request.request_id)
-        if upstream is not None:
-            self._receive(request, upstream)
-
-    def step(self) -> list[StageOutput]:
-        outputs, self.silent = self.silent, []
-        for output in self.engine.step():
-            outputs.append(self._codes(output))
-        return outputs
-
-    def abort(self, request_id: str) -> None:
-        self.upstreams.pop(request_id, None)
-        self.engine.abort(request_id)
-
-    def has_unfinished(self) -> bool:
-        return bool(self.silent) or self.engine.has_unfinished()
-
-    def shutdown(self) -> None:
-        self.engine.shutdown()
-
-    # -- thinker -> talker -------------------------------------------------------------------
-
-    def _receive(self, request: StageRequest, upstream: Upstream) -> None:
-        if request.params.get("source_finish_reason") == "error":
-            self.abort(request.request_id)
-            raise InvalidRequest("thinker", "the thinker failed")
-        if ("embeds" in request.payloads) != ("hidden" in request.payloads):
-            raise InvalidRequest("payloads", "the thinker's rows need both `embeds` and `hidden`")
-        if "embeds" in request.payloads:
-            embeds = from_wire(request.payloads["embeds"], self.device).to(self.dtype)
-            upstream.embeds.append(embeds)
-            upstream.hidden.append(from_wire(request.payloads["hidden"], self.device).to(self.dtype))
-            upstream.rows += embeds.shape[0]
-        upstream.tokens.extend(request.prompt_token_ids or [])
-        upstream.done = upstream.done or request.finished
-        if upstream.seq is None:
-            self._start(request.request_id, upstream)
-        if upstream.seq is not None:
-            self._extend_replies(upstream)
-
-    def _start(self, request_id: str, upstream: Upstream) -> None:
-        if upstream.generated_rows < 1:
-            if upstream.done:  # a one-token reply has nothing to speak
-                self.upstreams.pop(request_id, None)
-                silent = StageOutput(
-                    request_id=request_id,
-                    stage_id=upstream.stage_id,
-                    modality="tokens",
-                    finished=True,
-                    finish_reason="stop",
-                )
-                self.silent.append(silent)
-            return
-        prompt, history = self._prompt_rows(upstream)
-        seq = self.engine.add_sequence(request_id, history, prompt, upstream.sampling, stage_id=upstream.stage_id)
+    def start(self, request_id: str, rows: ThinkerRows) -> Sequence:
+        prompt, history = self._prompt_rows(rows)
+        seq = self.engine.add_sequence(request_id, history, prompt, rows.sampling, stage_id=rows.stage_id)
         seq.suppressed_token_ids = (self.config.tts_codec_start_token_id,)
         seq.extra["reply"] = ReplyRows(
             self.thinker_rows[self.config.tts_text_end_token_id], self.thinker_rows[self.config.tts_text_pad_token_id]
         )
         if self.qwen_prompt:
-            self._qwen_positions(seq, upstream)
-        upstream.seq = seq
-        upstream.rows_sent = len(upstream.prompt_ids) + 1
+            self._qwen_positions(seq, rows)
+        rows.used = len(rows.prompt_ids) + 1
+        return seq
 
-    def _prompt_rows(self, upstream: Upstream) -> tuple[torch.Tensor, list[int]]:
-        config, length = self.config, len(upstream.prompt_ids)
-        embeds, hidden = upstream.rows_between(0, length + 1)
-        ids = torch.tensor(upstream.prompt_ids, device=self.device)
+    def extend(self, rows: ThinkerRows) -> None:
+        replies = rows.seq.extra["reply"]
+        while rows.used < rows.count:
+            embeds, hidden = rows.row(rows.used)
+            replies.rows.append(hidden + embeds)
+            rows.used += 1
+        rows.seq.input_limit = None if rows.done else rows.seq.num_prompt_tokens + len(replies.rows)
+
+    def convert(self, output: StageOutput, rows: ThinkerRows) -> StageOutput:
+        """Codec codes for code2wav: the stop code itself is not forwarded."""
+        if output.finish_reason == "stop" and output.token_ids and output.token_ids[-1] in TALKER_EOS:
+            output.token_ids = output.token_ids[:-1]
+        return output
+
+    def _prompt_rows(self, rows: ThinkerRows) -> tuple[torch.Tensor, list[int]]:
+        config, length = self.config, len(rows.prompt_ids)
+        embeds, hidden = rows.between(0, length + 1)
+        ids = torch.tensor(rows.prompt_ids, device=self.device)
         placeholders = torch.tensor(
             [config.audio_token_index, config.image_token_index, config.video_token_index], device=self.device
         )
         embeds = embeds.clone()
         embeds[:length] = embeds[:length].masked_fill(torch.isin(ids, placeholders).unsqueeze(-1), 0.0)
-        rows = hidden + embeds
-        prompt = torch.cat([rows[:length], self.thinker_rows[upstream.voice_bos][None], rows[length:]])
+        summed = hidden + embeds
+        prompt = torch.cat([summed[:length], self.thinker_rows[rows.voice][None], summed[length:]])
         if self.qwen_prompt:
             codec = self.talker.get_input_embeddings()
             codec_ids = torch.tensor(
@@ -262,9 +155,9 @@ class TalkerEngine(StageEngine):
         ]
         return prompt, history
 
-    def _qwen_positions(self, seq: Sequence, upstream: Upstream) -> None:
-        params, device = upstream.params, self.device
-        text_ids = torch.tensor([upstream.prompt_ids + [upstream.voice_bos, upstream.tokens[0]]], device=device)
+    def _qwen_positions(self, seq: Sequence, rows: ThinkerRows) -> None:
+        params, device = rows.params, self.device
+        text_ids = torch.tensor([rows.prompt_ids + [rows.voice, rows.tokens[0]]], device=device)
         grids = params.get("image_grid_thw")
         lengths = params.get("audio_feature_lengths")
         positions, delta = self.talker.get_rope_index(
@@ -278,23 +171,6 @@ class TalkerEngine(StageEngine):
         )
         seq.extra["rope"] = positions[:, 0, :]
         seq.position_delta = int(delta.reshape(-1)[0])
-
-    def _extend_replies(self, upstream: Upstream) -> None:
-        seq, replies = upstream.seq, upstream.seq.extra["reply"]
-        while upstream.rows_sent < upstream.rows:
-            replies.rows.append(upstream.row(upstream.rows_sent))
-            upstream.rows_sent += 1
-        seq.input_limit = None if upstream.done else seq.num_prompt_tokens + len(replies.rows)
-
-    def _codes(self, output: StageOutput) -> StageOutput:
-        """Codec codes for code2wav: the stop code itself is not forwarded."""
-        if output.finished:
-            self.upstreams.pop(output.request_id, None)
-            if output.finish_reason == "stop" and output.token_ids and output.token_ids[-1] in TALKER_EOS:
-                output.token_ids = output.token_ids[:-1]
-        output.modality = "tokens"
-        output.text = ""
-        return output
 
 
 def talker_thinker_rows(model_dir: str, talker_config, voices: dict[str, int], device: str, dtype) -> dict:
