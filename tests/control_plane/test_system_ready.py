@@ -36,8 +36,7 @@ def ready(base: str) -> httpx.Response:
 
 def test_ready_names_each_component_that_goes_down(stack):
     base, procs, redis_server, _ = stack
-    wait_for(lambda: ready(base).status_code == 200, timeout=90, what="/ready 200")
-    body = ready(base).json()
+    body = wait_for(lambda: (r := ready(base)).status_code == 200 and r, timeout=90, what="/ready 200").json()
     assert body["status"] == "ready"
     assert set(body["components"]) == {"database", "redis", "orchestrator", "workers"}
     assert httpx.get(f"{base}/health", timeout=5).json() == {"status": "ok"}

@@ -5,7 +5,7 @@ work drains) and its history row ends `cancelled`; a deployment at its queue lim
 from __future__ import annotations
 
 import json
-import threading
+import socket
 import time
 
 import httpx
@@ -18,7 +18,13 @@ from stages import streams
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-WORDS = " ".join(f"word{i}" for i in range(60))  # 60 steps of 0.2 s: 12 s if nobody cancels
+STEP_S = 0.2
+WORD_COUNT = 400  # under the default max_tokens of 512: the echo stage answers one word per step
+WORDS = " ".join(f"word{i}" for i in range(WORD_COUNT))
+UNCANCELLED_RUN_S = WORD_COUNT * STEP_S
+"""How long the request runs if nobody cancels it: far longer than any wait below, so a replica
+that drains within those waits was cancelled, it did not just finish."""
+WAIT_S = 20  # generous for a loaded machine; every wait stays well inside UNCANCELLED_RUN_S
 
 
 def replica_load(stack, name: str) -> tuple[int, int]:
@@ -35,14 +41,24 @@ def replica_load(stack, name: str) -> tuple[int, int]:
     return running, depth
 
 
+def wait_until_the_replica_runs_one_request(stack, name: str) -> None:
+    """The heartbeat reports the load every interval, so it may not show a request that just started."""
+    wait_for(lambda: replica_load(stack, name)[0] == 1, timeout=WAIT_S, what="the replica to report the request")
+
+
+def wait_until_the_replica_drains(stack, name: str) -> None:
+    wait_for(lambda: replica_load(stack, name) == (0, 0), timeout=WAIT_S, what="the replica to drain")
+
+
 def test_disconnect_mid_stream_cancels_the_work_and_records_it(serving_stack):
-    config = {"max_queue": 1, "stages": {"echo": {"options": {"delay_s": 0.2}}}}
+    config = {"max_queue": 1, "stages": {"echo": {"options": {"delay_s": STEP_S}}}}
     serving_stack.deploy("echo-slow", "echo", deploy_config=config)
     serving_stack.wait_running("echo-slow")
 
     body = {"model": "echo-slow", "messages": [{"role": "user", "content": WORDS}], "stream": True}
     headers = {"Authorization": f"Bearer {serving_stack.user_secret}"}
     request_id = None
+    started_at = time.monotonic()
     with httpx.Client(timeout=30) as client:
         with client.stream("POST", f"{serving_stack.base}/v1/chat/completions", json=body, headers=headers) as response:
             assert response.status_code == 200
@@ -54,24 +70,23 @@ def test_disconnect_mid_stream_cancels_the_work_and_records_it(serving_stack):
                     if chunk["choices"][0]["delta"].get("content"):
                         break
             assert request_id is not None
-            assert replica_load(serving_stack, "echo-slow")[0] == 1
+            wait_until_the_replica_runs_one_request(serving_stack, "echo-slow")
 
             # while it runs, the deployment is full (max_queue 1): another request is refused, not queued
             refused = serving_stack.http("POST", "/v1/chat/completions", json={**body, "stream": False})
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "queue_full" and refused.headers["Retry-After"] == "1"
         # leaving the block closes the connection mid-stream
-    disconnected_at = time.monotonic()
 
     row = wait_for(
         lambda: InferenceRequest.objects.filter(request_id=request_id, status="cancelled").first(),
-        timeout=10,
+        timeout=WAIT_S,
         what="the history row to end cancelled",
     )
     assert row.finish_reason == "cancelled" and row.error["code"] == "client_disconnected"
     assert row.output_text and WORDS.startswith(row.output_text) and row.output_text != WORDS
-    wait_for(lambda: replica_load(serving_stack, "echo-slow") == (0, 0), timeout=10, what="the replica to drain")
-    assert time.monotonic() - disconnected_at < 10  # far less than the 12 s the request would have run
+    wait_until_the_replica_drains(serving_stack, "echo-slow")
+    assert time.monotonic() - started_at < UNCANCELLED_RUN_S  # the replica dropped the work, it did not finish it
 
     # the slot is free again: the next request is served
     reply = serving_stack.http("POST", "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": "next one"}], "stream": False})  # fmt: skip
@@ -83,20 +98,29 @@ def test_disconnect_mid_stream_cancels_the_work_and_records_it(serving_stack):
 
 def disconnect_while_waiting_for_a_whole_answer(serving_stack, name: str) -> None:
     body = {"model": name, "messages": [{"role": "user", "content": WORDS}]}
-
-    def call():
-        try:
-            serving_stack.http("POST", "/v1/chat/completions", json=body, timeout=1.5)
-        except httpx.TimeoutException:
-            pass  # the client gives up: its connection closes
-
-    thread = threading.Thread(target=call)
-    thread.start()
-    thread.join()
+    started_at = time.monotonic()
+    post_and_hang_up_while_it_runs(serving_stack, name, body)
     row = wait_for(
         lambda: InferenceRequest.objects.filter(deployment_name=name, stream=False, status="cancelled").first(),
-        timeout=10,
+        timeout=WAIT_S,
         what="the non-streamed request to end cancelled",
     )
     assert row.route == "chat.completions" and not row.stream
-    wait_for(lambda: replica_load(serving_stack, name) == (0, 0), timeout=10, what="the replica to drain")
+    wait_until_the_replica_drains(serving_stack, name)
+    assert time.monotonic() - started_at < UNCANCELLED_RUN_S
+
+
+def post_and_hang_up_while_it_runs(stack, name: str, body: dict) -> None:
+    """POST a non-streamed request on a raw socket and close it, unanswered, once the replica runs it.
+
+    A raw socket, because an HTTP client gives up only on a timeout, which on a loaded machine may
+    fire before the request reached the replica (then the drain below would prove nothing)."""
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\n"
+        f"Authorization: Bearer {stack.user_secret}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=WAIT_S) as connection:
+        connection.sendall(head.encode() + payload)
+        wait_until_the_replica_runs_one_request(stack, name)
