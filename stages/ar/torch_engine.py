@@ -112,9 +112,8 @@ class ARTorchEngine(StageEngine):
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(int(self.options.get("seed", 0)))
         graphs, compile_step = self.options.get("cuda_graphs", True), bool(self.options.get("compile", False))
-        if not adapter.supports_cuda_graphs:
-            pass
-        elif graphs == "uncaptured":  # the graph step's static buffers without capture (tests it on CPU)
+        graphs = graphs if adapter.supports_cuda_graphs else False
+        if graphs == "uncaptured":  # the graph step's static buffers without capture (tests it on CPU)
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, capture=False, compile=compile_step)
         elif graphs and self.device.type == "cuda":
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, compile=compile_step)

@@ -1,33 +1,14 @@
 """Qwen3-Omni-MoE: thinker (AR, text) -> talker (AR + code predictor, 16-codebook frames) -> code2wav (audio).
 
-Exact dataflow of `Qwen3OmniMoeForConditionalGeneration.generate(..., return_audio=True)`
-(transformers 5.19), which the stages reproduce:
+The stages reproduce `Qwen3OmniMoeForConditionalGeneration.generate(..., return_audio=True)`
+(transformers 5.19) exactly:
 
-1. Thinker: `thinker.generate(output_hidden_states=True)`; per step `hidden_states[0]`
-   (input embeddings) and `hidden_states[accept_hidden_layer]`. The last generated token has
-   no rows (it is never fed back).
-2. Talker input (thinker -> talker processor, on the talker's host):
-   - user part: every prompt position whose turn is a user turn (the token after the latest
-     `<|im_start|>` is `user` 872), in order: `hidden_projection(hidden)` at audio/image/video
-     placeholder positions, `text_projection(embeds)` elsewhere; ids kept for positions;
-   - assistant part from the last `<|im_start|>assistant`: `text_projection(embeds)` of its
-     first 3 tokens, 4 x tts_pad, tts_bos, the first generated token; plus the talker's codec
-     embeddings of [nothink, think_bos, think_eos, speaker, codec_pad, codec_bos] on the last 6
-     rows (zeros on the first 3); ids `tts_pad` there;
-   - trailing text: `text_projection(embeds)` of g_1 .. g_{n-2}, then tts_eos, then tts_pad for
-     every later step (tts specials: `text_projection(thinker_embed([tts_bos, tts_eos, tts_pad]))`);
-   - positions: plain 0..T-1 for text-only input, else `get_rope_index` over the talker ids
-     with the thinker's grids and audio lengths; decode at `past + rope_delta`.
-3. Talker decode step k: the code predictor (`code_predictor.generate(inputs_embeds=[last
-   hidden of the previous talker step, codec_embed(c0_{k-1})], max_new_tokens=15)`) draws the 15
-   residual codes of frame k-1; the next input is the sum of the 16 code embeddings (code 0 by
-   the talker's embedding, residual i by the predictor's embedding i-1; the last residual's
-   embedding is looked up directly) plus trailing[k-1]. Sampling: top_k 50, top_p 1.0,
-   temperature 0.9, repetition penalty 1.05 over the generated code-0s, the top 1024 ids
-   except codec_eos (2150) suppressed, stop on 2150. Code predictor: greedy when the talker is
-   greedy, else top_k 50 / top_p 0.8 (transformers' global RNG: sampled residuals are not
-   seeded per request). Greedy oracle: temperature 0 here, `talker_do_sample=False` there.
-4. Code2wav: the frames, decoded in chunks with exact left context (stages/generation/code2wav.py).
+1. Thinker (stages/models/omni_thinker.py): `thinker.generate(output_hidden_states=True)` on the
+   continuous-batching AR engine (deepstack visual features included); each step's output carries
+   `hidden_states[0]` (input embeddings) and `hidden_states[accept_hidden_layer]`.
+2. Talker (stages/models/qwen3_talker.py): the thinker -> talker input processor, code 0 of each
+   frame on the AR engine and the 15 residual codes from the code predictor, batched across requests.
+3. Code2wav: the frames, decoded in chunks with exact left context (stages/generation/code2wav.py).
 
 Audio input needs the talker config to carry the thinker's `audio_config` (HF reads
 `talker.config.audio_config.n_window` in `get_rope_index`); the loader sets it.
@@ -46,8 +27,6 @@ from stages.protocol import StageRequest
 
 FAMILY = "qwen3_omni"
 THINKER, TALKER, CODE2WAV = "thinker", "talker", "code2wav"
-REPETITION_PENALTY = 1.05
-DEFAULT_VOICE = "ethan"
 
 THINKER_SAMPLING = {"temperature": 0.0, "max_tokens": 256, "stop_token_ids": [151645]}
 TALKER_SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "max_tokens": 2048}

@@ -67,8 +67,10 @@ def test_omni_token2wav_chunks_within_documented_tolerance(omni_models):
     assert np.linalg.norm(chunked - whole) / np.linalg.norm(whole) < 1e-3
 
 
-def test_omni_eight_concurrent_requests_equal_one_at_a_time(omni_models):
-    model = omni_models["qwen2_5_omni"]
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+def test_omni_eight_concurrent_requests_equal_one_at_a_time(omni_models, family):
+    """Thinker, talker (and Qwen3's code predictor) batch the eight requests; each equals its run alone."""
+    model = omni_models[family]
     requests = [
         StageRequest(
             request_id=f"r{i}",
@@ -77,11 +79,9 @@ def test_omni_eight_concurrent_requests_equal_one_at_a_time(omni_models):
         )
         for i in range(8)
     ]
-    together = run_chain(
-        "qwen2_5_omni", model, requests, GREEDY_TALKER, {"first_chunk_size": 4, "async_chunk_size": 12}
-    )
+    together = run_chain(family, model, requests, GREEDY_TALKER, {"first_chunk_size": 4, "async_chunk_size": 12})
     for request in (requests[0], requests[7]):
-        [alone] = run_chain("qwen2_5_omni", model, [request], GREEDY_TALKER).values()
+        [alone] = run_chain(family, model, [request], GREEDY_TALKER).values()
         ours = together[request.request_id]
         assert ours["tokens"] == alone["tokens"] and ours["codes"] == alone["codes"]
         assert np.allclose(ours["audio"], alone["audio"], rtol=1e-4, atol=1e-5 * np.abs(alone["audio"]).max())
