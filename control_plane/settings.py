@@ -234,7 +234,7 @@ try:
     SERVING_IDLE_TIMEOUT_S = env_float("OMNISTAGE_SERVING_IDLE_TIMEOUT_S", 120.0, minimum=1.0)
     ARTIFACT_URL_TTL_S = env_int("OMNISTAGE_ARTIFACT_URL_TTL_S", 3600, minimum=1)
     HISTORY_RETENTION_DAYS = env_float("OMNISTAGE_HISTORY_RETENTION_DAYS", 30.0, minimum=0.0)  # 0 keeps everything
-    HISTORY_CLEANUP_INTERVAL_S = env_float("OMNISTAGE_HISTORY_CLEANUP_INTERVAL_S", 3600.0, minimum=60.0)
+    HISTORY_CLEANUP_INTERVAL_S = env_float("OMNISTAGE_HISTORY_CLEANUP_INTERVAL_S", 3600.0, minimum=1.0)
 except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
 LOGIN_URL = "console:login"

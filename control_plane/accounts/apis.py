@@ -23,7 +23,13 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from control_plane.accounts.models import ApiKey, Metric, UsageRecord, Window
-from control_plane.accounts.permissions import AccessDenied, check_access, is_admin, require_scope
+from control_plane.accounts.permissions import (
+    AccessDenied,
+    check_access,
+    deployment_allow_list,
+    is_admin,
+    require_scope,
+)
 from control_plane.accounts.queries import (
     USAGE_AMOUNTS,
     USAGE_GROUPS,
@@ -271,9 +277,7 @@ def _usage_deployments(request, deployment: str | None) -> list[str] | None:
         except AccessDenied as denied:
             raise exceptions.PermissionDenied(denied.message) from None
         return [deployment]
-    if key is not None and key.allowed_deployments:
-        return list(key.allowed_deployments)
-    return None
+    return deployment_allow_list(key)
 
 
 def _moment(value: str, *, end_of_day: bool) -> datetime:

@@ -49,6 +49,13 @@ def principal_scopes(user, api_key: ApiKey | None) -> frozenset[str]:
     return ALL_SCOPES if Scope.ADMIN in granted else granted
 
 
+def deployment_allow_list(api_key: ApiKey | None) -> list[str] | None:
+    """The deployments a key is limited to; None when it may use every one (sessions too)."""
+    if api_key is None or not api_key.allowed_deployments:
+        return None
+    return list(api_key.allowed_deployments)
+
+
 def deployment_allowed(api_key: ApiKey | None, deployment) -> bool:
     """`deployment` is a name or an object with `.name`. Sessions are not restricted."""
     if api_key is None or not api_key.allowed_deployments:

@@ -4,7 +4,8 @@
 - GET /api/requests/<request id or uuid>/          detail with artifacts (signed download URLs)
 - GET /api/artifacts/<uuid>/content/               the artifact's bytes
 
-Owners see their own requests; the admin scope sees everyone's (and may filter by user).
+Owners see their own requests; the admin scope sees everyone's (and may filter by user). A key
+with a deployment allow-list sees only the requests made to those deployments.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from control_plane.accounts.models import ApiKey
-from control_plane.accounts.permissions import is_admin, require_scope
+from control_plane.accounts.permissions import deployment_allow_list, is_admin, require_scope
 from control_plane.inference import queries
 from control_plane.inference.models import Route, Status
 from control_plane.inference.signing import signed_artifact_url
@@ -108,9 +109,14 @@ def _moment(value: str):
     return moment
 
 
-def _viewer(request) -> tuple[object, bool]:
+def _visibility(request) -> dict:
+    """Whose history the caller reads (the selectors' viewer, see_all and deployments)."""
     api_key = request.auth if isinstance(request.auth, ApiKey) else None
-    return request.user, is_admin(request.user, api_key)
+    return {
+        "viewer": request.user,
+        "see_all": is_admin(request.user, api_key),
+        "deployments": deployment_allow_list(api_key),
+    }
 
 
 class RequestListApi(APIView):
@@ -120,11 +126,11 @@ class RequestListApi(APIView):
     def get(self, request):
         query = RequestQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
-        viewer, see_all = _viewer(request)
+        visibility = _visibility(request)
         filters = dict(query.validated_data)
-        if "user" in filters and not see_all:
+        if "user" in filters and not visibility["see_all"]:
             raise exceptions.PermissionDenied("Filtering by user needs the admin scope.")
-        rows = queries.request_list(viewer=viewer, see_all=see_all, **filters)
+        rows = queries.request_list(**visibility, **filters)
         paginator = LimitOffsetPagination()
         paginator.default_limit = 50
         paginator.max_limit = 500
@@ -139,8 +145,7 @@ class RequestDetailApi(APIView):
         parameters=[OpenApiParameter("request_id", str, OpenApiParameter.PATH)], responses=RequestDetailOutput
     )
     def get(self, request, request_id: str):
-        viewer, see_all = _viewer(request)
-        row = queries.request_get(viewer=viewer, see_all=see_all, request_id=request_id)
+        row = queries.request_get(**_visibility(request), request_id=request_id)
         if row is None:
             raise exceptions.NotFound(f"No request {request_id!r}.")
         return Response(RequestDetailOutput(row, context={"request": request}).data)
@@ -151,8 +156,7 @@ class ArtifactContentApi(APIView):
 
     @extend_schema(parameters=[OpenApiParameter("artifact_id", str, OpenApiParameter.PATH)], responses={200: bytes})
     def get(self, request, artifact_id: str):
-        viewer, see_all = _viewer(request)
-        artifact = queries.artifact_get(viewer=viewer, see_all=see_all, artifact_id=artifact_id)
+        artifact = queries.artifact_get(**_visibility(request), artifact_id=artifact_id)
         if artifact is None:
             raise exceptions.NotFound(f"No artifact {artifact_id!r}.")
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from django.db.models import QuerySet
@@ -9,10 +10,24 @@ from django.db.models import QuerySet
 from control_plane.inference.models import Artifact, InferenceRequest
 
 
+def visible_requests(
+    *, viewer, see_all: bool, deployments: Collection[str] | None = None
+) -> QuerySet[InferenceRequest]:
+    """The history `viewer` may read: their own requests (every user's when `see_all`), and
+    only those of `deployments` when given (an API key's allow-list)."""
+    rows = InferenceRequest.objects.all()
+    if not see_all:
+        rows = rows.filter(user=viewer)
+    if deployments is not None:
+        rows = rows.filter(deployment_name__in=list(deployments))
+    return rows
+
+
 def request_list(
     *,
     viewer,
     see_all: bool,
+    deployments: Collection[str] | None = None,
     deployment: str | None = None,
     status: str | None = None,
     route: str | None = None,
@@ -21,11 +36,10 @@ def request_list(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> QuerySet[InferenceRequest]:
-    """Requests visible to `viewer` (their own; every user's when `see_all`), filtered."""
-    rows = InferenceRequest.objects.select_related("user", "api_key").prefetch_related("artifacts")
-    if not see_all:
-        rows = rows.filter(user=viewer)
-    elif user is not None:
+    """Requests visible to `viewer` (see `visible_requests`), filtered."""
+    rows = visible_requests(viewer=viewer, see_all=see_all, deployments=deployments)
+    rows = rows.select_related("user", "api_key").prefetch_related("artifacts")
+    if see_all and user is not None:
         rows = rows.filter(user_id=user)
     if deployment:
         rows = rows.filter(deployment_name=deployment)
@@ -42,22 +56,24 @@ def request_list(
     return rows
 
 
-def request_get(*, viewer, see_all: bool, request_id: str) -> InferenceRequest | None:
+def request_get(
+    *, viewer, see_all: bool, request_id: str, deployments: Collection[str] | None = None
+) -> InferenceRequest | None:
     """By the API's request id or the row's UUID."""
-    rows = request_list(viewer=viewer, see_all=see_all)
+    rows = request_list(viewer=viewer, see_all=see_all, deployments=deployments)
     row = rows.filter(request_id=request_id).first()
     if row is None and _is_uuid(request_id):
         row = rows.filter(pk=request_id).first()
     return row
 
 
-def artifact_get(*, viewer, see_all: bool, artifact_id: str) -> Artifact | None:
+def artifact_get(
+    *, viewer, see_all: bool, artifact_id: str, deployments: Collection[str] | None = None
+) -> Artifact | None:
     if not _is_uuid(artifact_id):
         return None
-    artifacts = Artifact.objects.select_related("request")
-    if not see_all:
-        artifacts = artifacts.filter(request__user=viewer)
-    return artifacts.filter(pk=artifact_id).first()
+    requests = visible_requests(viewer=viewer, see_all=see_all, deployments=deployments)
+    return Artifact.objects.select_related("request").filter(pk=artifact_id, request__in=requests).first()
 
 
 def _is_uuid(value: str) -> bool:

@@ -1,28 +1,19 @@
 """Retention of request history: rows (and their artifact files) older than
 `settings.HISTORY_RETENTION_DAYS` are deleted.
 
-Periodic without Celery beat: every web process runs `cleanup()` in a background thread
-at most once per `HISTORY_CLEANUP_INTERVAL_S` (triggered when a request's row closes),
-and `manage.py inference_cleanup` runs it on demand (cron, CI). Deleting is idempotent,
-so several processes racing on the same rows is harmless.
+`cleanup()` runs periodically in the orchestrator (retention_schedule.py: one orchestrator
+per `HISTORY_CLEANUP_INTERVAL_S`, under a Redis lease) and on demand through `manage.py
+inference_cleanup` (cron, CI). Deleting is idempotent, so two runs racing on the same rows
+are harmless.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections
 from django.utils import timezone
 
-log = logging.getLogger(__name__)
-
-_lock = threading.Lock()
-_next_run: float | None = None
-FIRST_RUN_DELAY_S = 60.0
 BATCH = 500
 
 
@@ -55,27 +46,3 @@ def cleanup(*, older_than_days: float | None = None, now=None) -> int:
         for row in batch:
             request_delete(row)
         deleted += len(batch)
-
-
-def maybe_cleanup() -> None:
-    """Start a cleanup in a background thread when one is due (the first a minute after start)."""
-    global _next_run
-    now = time.monotonic()
-    with _lock:
-        if _next_run is None:
-            _next_run = now + FIRST_RUN_DELAY_S
-        if now < _next_run:
-            return
-        _next_run = now + cleanup_interval_s()
-    threading.Thread(target=_cleanup_in_thread, name="history-retention", daemon=True).start()
-
-
-def _cleanup_in_thread() -> None:
-    try:
-        removed = cleanup()
-        if removed:
-            log.info("history retention: deleted %d requests older than %s days", removed, retention_days())
-    except Exception:
-        log.exception("history retention cleanup failed")
-    finally:
-        close_old_connections()

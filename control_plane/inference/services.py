@@ -1,8 +1,7 @@
 """Writing request history: open a row when a request arrives, close it when it ends.
 
 Every function is synchronous (ORM); the async views call them through `sync_to_async`.
-Closing a row also feeds the Prometheus counters (metrics.py) and, now and then, the
-retention cleanup (retention.py).
+Closing a row also feeds the Prometheus counters (metrics.py).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Any
 from django.core.files.base import ContentFile
 from django.utils import timezone
 
-from control_plane.inference import metrics, retention
+from control_plane.inference import metrics
 from control_plane.inference.models import FINAL_STATUSES, Artifact, InferenceRequest, Status
 
 log = logging.getLogger(__name__)
@@ -107,7 +106,6 @@ def request_close(
         metrics.observe(row)
     except Exception:  # metrics never break serving
         log.exception("could not record metrics of %s", row.request_id)
-    retention.maybe_cleanup()
     return row
 
 

@@ -367,21 +367,32 @@ def served_view(route: str, *methods: str):
             caller = await authenticate(request)  # 401/403 are answered without a row
             rec = Recorder(route=route, request_id=new_id(ID_PREFIXES.get(route, "req-")), caller=caller)
             try:
-                return await view(request, rec, *args, **kwargs)
+                response = await view(request, rec, *args, **kwargs)
             except asyncio.CancelledError:
                 if rec.row is not None and not rec.closed:
                     await asyncio.shield(rec.cancelled(Outcome()))
                 raise
             except StageFailed as failed:
                 await rec.fail(failed.api_error)
-                return failed.api_error.response()
+                response = failed.api_error.response()
             except Exception as error:
                 await rec.fail(error)
-                return error_response(error)
+                response = error_response(error)
+            return with_rate_limit_headers(response, rec.admission)
 
         return wrapper
 
     return decorate
+
+
+def with_rate_limit_headers(response, admission):
+    """OpenAI sends x-ratelimit-* on every response, not only on 429s: here they are the
+    limits as the admission found them (a refusal's 429 already carries its own). Streamed
+    responses get them too: their headers go out before the first event."""
+    if admission is not None:
+        for name, value in admission.headers.items():
+            response.setdefault(name, value)
+    return response
 
 
 async def relay(

@@ -13,8 +13,9 @@ from asgiref.sync import sync_to_async
 from django.http import FileResponse, JsonResponse
 from django.utils import timezone
 
-from control_plane.accounts.permissions import is_admin
+from control_plane.accounts.permissions import deployment_allow_list, is_admin
 from control_plane.inference.models import InferenceRequest, Route, Status
+from control_plane.inference.queries import visible_requests
 from control_plane.inference.services import request_close
 from control_plane.openai_compat import video_jobs
 from control_plane.openai_compat.access import Caller, authenticate, served_deployment
@@ -141,10 +142,12 @@ def video_object(row: InferenceRequest, artifact=None) -> dict[str, Any]:
 
 
 def _visible(caller: Caller):
-    rows = InferenceRequest.objects.filter(route=Route.VIDEOS, deleted_at__isnull=True)
-    if not is_admin(caller.user, caller.api_key):
-        rows = rows.filter(user=caller.user)
-    return rows
+    rows = visible_requests(
+        viewer=caller.user,
+        see_all=is_admin(caller.user, caller.api_key),
+        deployments=deployment_allow_list(caller.api_key),
+    )
+    return rows.filter(route=Route.VIDEOS, deleted_at__isnull=True)
 
 
 def _get(caller: Caller, video_id: str):

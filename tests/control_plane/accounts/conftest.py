@@ -9,9 +9,11 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 from django.contrib.auth import get_user_model
+from victim_world import build_world
 
 from control_plane.accounts.queries import quota_limits_forget
 from control_plane.accounts.services import api_key_create
+from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines
 
 TEST_REDIS_DB = 9
 
@@ -20,7 +22,8 @@ def redis_url_on_test_db(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "unix":
         query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("db="))
-        return urlunsplit(parts._replace(query=f"{query}&db={TEST_REDIS_DB}".lstrip("&")))
+        # spelled out: urlunsplit writes "unix:/path" (no empty authority), which redis-py refuses
+        return f"unix://{parts.path}?{query}&db={TEST_REDIS_DB}".replace("?&", "?")
     return urlunsplit(parts._replace(path=f"/{TEST_REDIS_DB}"))
 
 
@@ -61,3 +64,15 @@ def make_key():
         return api_key_create(user=user, **kwargs)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def pipeline_definitions():
+    return discover_pipelines()
+
+
+@pytest.fixture
+def world(make_user, pipeline_definitions, settings, tmp_path):
+    """The victim, their objects and the principals that must not reach them (victim_world.py)."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return build_world(make_user, pipeline_definitions)

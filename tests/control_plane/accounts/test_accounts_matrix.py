@@ -4,56 +4,65 @@ For each route and method, principals that must get nothing: anonymous, a revoke
 expired key, a key without the route's scope, a key outside its deployment allow-list, and
 another user (session and key) than the one whose objects the URL names. They get 401/403
 (or, for another user's object, 404; for browser pages, a redirect to a login page), and the
-victim's data never appears in any response.
+victim's data never appears in any response. The URLs name the victim's real objects
+(victim_world.py): their API key, request, artifacts, video job and deployment.
 
 - REST routes under /api/ and plain routes under /v1/ must declare their scope: DRF views
   through permission classes with a `scope` attribute (accounts.permissions.require_scope),
   plain views through `required_scope` (accounts.decorators.scope_required). A route that
-  declares none fails here, unless listed in PUBLIC.
+  declares none fails here, unless it is public (PUBLIC_STATUSES, which also fixes what
+  each public route answers).
 - The allow-list is tested where the URL names a deployment: a `deployment` kwarg, the view's
   `deployment_url_kwarg`, or `name` under a deployments/ path.
+
+test_accounts_history_matrix.py goes through the victim's history route by route.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
-from types import SimpleNamespace
 
 import pytest
-from accounts_helpers import bearer, session
+from accounts_helpers import bearer, call, required_scope, session
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
-from django.utils import timezone
+from victim_world import VICTIM_DEPLOYMENT, VICTIM_TOKENS_OUT
 
-from control_plane.accounts.models import ApiKey, UsageRecord
-from control_plane.accounts.permissions import ALL_SCOPES
-from control_plane.accounts.services import api_key_create, api_key_revoke
 
-# Routes anyone may call; they are still checked for the victim's data.
-PUBLIC = {
-    "/api/schema/",
-    "/api/docs/",
-    "/admin/login/",
-    "/admin/logout/",
-    "/login/",
-    "/logout/",
-    "/health",
-    "/ready",
-    "/metrics",
+def only_get(status: int | tuple[int, ...]) -> dict[str, int | tuple[int, ...]]:
+    return {"get": status, "post": 405, "put": 405, "patch": 405, "delete": 405}
+
+
+# Routes anyone may call, and what they answer an anonymous caller; still checked for leaks.
+PUBLIC_STATUSES = {
+    "/api/schema/": only_get(200),
+    "/api/docs/": only_get(200),
+    "/health": only_get(200),
+    "/metrics": only_get(200),
+    "/ready": only_get((200, 503)),  # 503 unless an orchestrator and a worker pool are up (a `make run`)
+    "/v1/files/x/content": only_get(403),  # a signed URL: the token is the credential, "x" is forged
+    "/v1/x": dict.fromkeys(("get", "post", "put", "patch", "delete"), 404),  # the OpenAI-shaped 404
+    "/login/": {"get": 200, "post": 200},  # POST without credentials: the form again, with its errors
+    "/logout/": {"get": 405, "post": 302},
+    "/admin/login/": {"get": 200, "post": 200},
+    "/admin/logout/": {"get": 302, "post": 302},
 }
-# /v1/files/<token>/content is a signed URL (the token is the credential); /v1/x is the OpenAI-shaped 404
-PUBLIC_PREFIXES = ("/v1/files/", "/v1/x")
-# OpenAI routes all need the inference scope; they may declare it (scope_required) or check it inside
-DEFAULT_SCOPES = {"/v1/": "inference"}
 # admin pages any staff user may open: they show nothing of anyone else
 STAFF_PAGES = {"/admin/", "/admin/password_change/", "/admin/password_change/done/", "/admin/jsi18n/"}
 API_METHODS = ("get", "post", "put", "patch", "delete")
 PAGE_METHODS = ("get", "post")
-VICTIM_DEPLOYMENT = "victim-deployment"
-VICTIM_REQUEST = "victim-request-7f3a"
+# what each URL parameter is filled with; formatted with the world's ids
+PLACEHOLDERS = {
+    "request_id": "{request_id}",
+    "video_id": "{video_id}",
+    "artifact_id": "{artifact_id}",
+    "deployment": VICTIM_DEPLOYMENT,
+    "name": VICTIM_DEPLOYMENT,
+    "model": VICTIM_DEPLOYMENT,
+}
+SAMPLE_IDS = {"victim_id": 1, "request_id": "r", "video_id": "v", "artifact_id": "00000000-0000-0000-0000-000000000000"}
 
 
 @dataclass(frozen=True)
@@ -92,14 +101,12 @@ def concrete(pattern: str) -> str:
 
 
 def placeholder(name: str, converter: str | None) -> str:
+    if name in PLACEHOLDERS:
+        return PLACEHOLDERS[name]
     if name in ("pk", "id", "object_id", "key_id", "content_type_id") or converter == "int":
         return "{victim_id}"
-    if name in ("deployment", "name"):
-        return VICTIM_DEPLOYMENT
     if converter == "uuid":
         return "00000000-0000-0000-0000-000000000000"
-    if name == "request_id":
-        return VICTIM_REQUEST
     return "x"
 
 
@@ -136,7 +143,7 @@ def all_routes() -> list[Route]:
         if path.startswith("/static/"):
             continue
         try:
-            match = resolve(path.format(victim_id=1))
+            match = resolve(path.format(**SAMPLE_IDS))
         except Resolver404:
             continue
         routes[path] = Route(path, kind_of(path), deployment_kwarg_of(path, match))
@@ -146,70 +153,23 @@ def all_routes() -> list[Route]:
 ROUTES = all_routes()
 
 
-def required_scope(path: str, method: str) -> str | None:
-    """The scope a route declares for a method (None: it declares none)."""
-    match = resolve(path)
-    if hasattr(match.func, "required_scope"):
-        return match.func.required_scope
-    view_class = getattr(match.func, "cls", None)
-    if view_class is None:
-        return next((scope for prefix, scope in DEFAULT_SCOPES.items() if path.startswith(prefix)), None)
-    view = view_class(**getattr(match.func, "initkwargs", {}))
-    view.request = SimpleNamespace(method=method.upper())
-    view.args, view.kwargs = (), match.kwargs
-    view.action = (getattr(match.func, "actions", None) or {}).get(method)
-    view.format_kwarg = None
-    scopes = {getattr(permission, "scope", None) for permission in view.get_permissions()} - {None, ""}
-    assert len(scopes) <= 1, f"{path} {method}: several scopes {scopes}"
-    return next(iter(scopes), None)
-
-
-@pytest.fixture
-def world(make_user):
-    """The victim and their objects; the principals that must not reach them."""
-    victim = make_user("victim-owner", superuser=True)
-    victim_key, victim_secret = api_key_create(user=victim, name="victim key", scopes=sorted(ALL_SCOPES))
-    UsageRecord.objects.create(
-        request_id=VICTIM_REQUEST, user=victim, api_key=victim_key, deployment=VICTIM_DEPLOYMENT, modality="text"
-    )
-    other = make_user("other-user")
-    every = sorted(ALL_SCOPES - {"admin"})
-    revoked, revoked_secret = api_key_create(user=other, name="revoked", scopes=every)
-    api_key_revoke(key=revoked)
-    expired, expired_secret = api_key_create(user=other, name="expired", scopes=every)
-    ApiKey.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    _, other_secret = api_key_create(user=other, name="other", scopes=every)
-    _, elsewhere_secret = api_key_create(user=other, name="elsewhere", scopes=every, allowed_deployments=["elsewhere"])
-    return SimpleNamespace(
-        victim=victim,
-        victim_key=victim_key,
-        victim_secret=victim_secret,
-        other=other,
-        every=every,
-        markers=[victim_key.prefix, VICTIM_REQUEST, "victim-owner", victim_secret],
-        clients={
-            "anonymous": Client(),
-            "revoked key": bearer(revoked_secret),
-            "expired key": bearer(expired_secret),
-            "other user's key": bearer(other_secret),
-            "other user's session": session(other),
-            "victim's key on a page": bearer(victim_secret),
-        },
-        elsewhere=bearer(elsewhere_secret),
-        staff_without_permissions=session(make_user("staff-no-perms", staff=True)),
-    )
-
-
-def call(client: Client, method: str, path: str):
-    return getattr(client, method)(path, data={} if method == "get" else "{}", content_type="application/json")
-
-
 def is_public(path: str) -> bool:
-    return path in PUBLIC or path.startswith(PUBLIC_PREFIXES)
+    return path in PUBLIC_STATUSES
+
+
+def assert_public_status(response, method: str, path: str) -> None:
+    expected = PUBLIC_STATUSES[path][method]
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert response.status_code in expected, f"anonymous {method.upper()} {path}: {response.status_code}"
+
+
+def is_not_running_answer(response) -> bool:
+    """/v1's 503 for a deployment that exists but is not RUNNING (the victim's never starts here)."""
+    return response.status_code == 503 and b'"model_not_ready"' in response.content and "Retry-After" in response
 
 
 def assert_no_victim_data(world, response, who: str, method: str, path: str) -> None:
-    if not is_public(path):  # /ready answers 503 while the platform is not up
+    if not is_public(path) and not is_not_running_answer(response):
         assert response.status_code < 500, f"{who} {method.upper()} {path}: {response.status_code}"
     body = b"".join(response.streaming_content) if response.streaming else response.content
     text = body.decode(errors="replace")
@@ -228,14 +188,36 @@ def test_the_matrix_sees_the_routes_of_every_area():
     assert {"api", "admin"} <= kinds
     paths = {route.path for route in ROUTES}
     assert {"/api/keys/", "/api/usage/", "/api/quota/", "/admin/accounts/apikey/"} <= paths
+    assert {"/api/requests/{request_id}/", "/api/artifacts/{artifact_id}/content/", "/v1/videos/{video_id}"} <= paths
+    assert set(PUBLIC_STATUSES) <= paths, f"public routes that no longer exist: {set(PUBLIC_STATUSES) - paths}"
+
+
+def test_public_routes_answer_what_they_document(world):
+    anonymous = Client()
+    for path, statuses in PUBLIC_STATUSES.items():
+        for method in statuses:
+            response = call(anonymous, method, path)
+            assert_public_status(response, method, path)
+            assert_no_victim_data(world, response, "anonymous", method, path)
+    assert b"openapi:" in anonymous.get("/api/schema/").content
+    assert b"swagger-ui" in anonymous.get("/api/docs/").content
+    assert anonymous.get("/health").json() == {"status": "ok"}
+    ready = anonymous.get("/ready")
+    body = ready.json()
+    assert set(body["components"]) >= {"database", "redis", "orchestrator", "workers"}
+    assert (ready.status_code == 503) == bool(body["failing"]) and body["components"]["database"]["ok"]
+    assert anonymous.get("/metrics")["Content-Type"].startswith("text/plain")
+    assert anonymous.post("/logout/")["Location"] == "/login/"
 
 
 @pytest.mark.parametrize("route", [r for r in ROUTES if r.kind == "api"], ids=lambda r: r.path)
 def test_api_routes_refuse_everyone_without_access(world, route, make_key):
-    path = route.path.format(victim_id=world.victim_key.pk)
+    path = route.path.format(**world.ids)
     for method in API_METHODS:
         if is_public(path):
-            assert_no_victim_data(world, call(Client(), method, path), "anonymous", method, path)
+            response = call(Client(), method, path)
+            assert_public_status(response, method, path)
+            assert_no_victim_data(world, response, "anonymous", method, path)
             continue
         scope = required_scope(path, method)
         assert scope, f"{method.upper()} {path} declares no scope (use accounts.permissions.require_scope)"
@@ -272,12 +254,14 @@ def test_api_routes_refuse_everyone_without_access(world, route, make_key):
 @pytest.mark.parametrize("route", [r for r in ROUTES if r.kind != "api"], ids=lambda r: r.path)
 def test_admin_and_console_pages_refuse_everyone_without_access(world, route):
     """Pages are for sessions: API keys do not sign in, and a non-staff user gets no admin page."""
-    path = route.path.format(victim_id=world.victim_key.pk)
+    path = route.path.format(**world.ids)
     for method in PAGE_METHODS:
         for who, client in world.clients.items():
             response = call(client, method, path)
             assert_no_victim_data(world, response, who, method, path)
             if is_public(path):
+                if who == "anonymous":
+                    assert_public_status(response, method, path)
                 continue
             signed_in = who == "other user's session"
             if route.kind == "admin" or not signed_in:
@@ -286,7 +270,7 @@ def test_admin_and_console_pages_refuse_everyone_without_access(world, route):
         if route.kind == "admin":  # staff, but no model permission: nothing of anyone's
             response = call(world.staff_without_permissions, method, path)
             assert_no_victim_data(world, response, "staff without permissions", method, path)
-            if path not in PUBLIC and path not in STAFF_PAGES:
+            if not is_public(path) and path not in STAFF_PAGES:
                 assert response.status_code in (302, 403, 404, 405), f"staff without permissions {method} {path}"
 
 
@@ -296,4 +280,4 @@ def test_other_users_cannot_touch_a_key(world):
     assert client.get(f"/api/keys/{key_id}/").status_code == 404
     assert client.post(f"/api/keys/{key_id}/revoke/").status_code == 404
     assert world.victim_key.prefix not in client.get("/api/keys/").content.decode()
-    assert VICTIM_REQUEST not in client.get("/api/usage/", {"group_by": "key"}).content.decode()
+    assert str(VICTIM_TOKENS_OUT) not in client.get("/api/usage/", {"group_by": "key"}).content.decode()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 
 import pytest
 
@@ -163,10 +164,15 @@ def quota_and_engine_failures(echo_stack, django_user_model):
     limited = django_user_model.objects.create_user("limited", password="x")
     _, secret = api_key_create(user=limited, name="limited", scopes=["inference"])
     Quota.objects.create(user=limited, metric=Metric.REQUESTS, window=Window.MINUTE, limit=1)
-    assert echo_stack.http("POST", "/v1/chat/completions", secret=secret, json=chat()).status_code == 200
+    admitted = echo_stack.http("POST", "/v1/chat/completions", secret=secret, json=chat())
+    assert admitted.status_code == 200 and admitted.headers["x-ratelimit-remaining-requests"] == "0"
     refused = echo_stack.http("POST", "/v1/chat/completions", secret=secret, json=chat())
     error = check_error_shape(refused, 429, None, "quota")
     assert error["code"] == "rate_limit_exceeded" and int(refused.headers["Retry-After"]) >= 1
+    assert int(refused.headers["retry-after-ms"]) >= 1000
+    assert refused.headers["x-ratelimit-limit-requests"] == "1"
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert re.fullmatch(r"(\d+m)?\d+s|\d+ms", refused.headers["x-ratelimit-reset-requests"])  # within the minute
     assert InferenceRequest.objects.filter(user=limited, http_status=429, status="failed").count() == 1
 
     bad_sampling = echo_stack.http("POST", "/v1/chat/completions", json=chat(sampling_params_list=[{"max_tokens": 0}]))

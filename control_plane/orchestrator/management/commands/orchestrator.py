@@ -1,5 +1,6 @@
-"""The orchestrator loop: routes requests through stages over Redis streams and runs the
-reconciler (when it holds the leader lease). Survives Redis restarts by reconnecting."""
+"""The orchestrator loop: routes requests through stages over Redis streams, runs the
+reconciler (when it holds the leader lease) and the periodic history retention cleanup
+(when it holds that lease). Survives Redis restarts by reconnecting."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from control_plane.inference.retention_schedule import RetentionSchedule
 from control_plane.orchestrator.driver import RedisOrchestrator
 from control_plane.redis_client import get_redis
 from stages import streams
@@ -39,6 +41,7 @@ class Command(BaseCommand):
             payload=lambda: {"id": orchestrator_id},
         ).start()
         driver = RedisOrchestrator(client, orchestrator_id=orchestrator_id)
+        history_retention = RetentionSchedule(client, orchestrator_id)
         self.stdout.write(f"orchestrator {orchestrator_id} running")
         claimed = False
         try:
@@ -49,6 +52,7 @@ class Command(BaseCommand):
                         driver.claim_abandoned()
                         claimed = True
                     driver.run_once()
+                    history_retention.poll()
                 except redis.ConnectionError as error:
                     log.warning("redis unavailable (%s); retrying", error)
                     driver.forget_groups()
