@@ -17,7 +17,8 @@ Exact dataflow of `Qwen3OmniMoeForConditionalGeneration.generate(..., return_aud
    - trailing text: `text_projection(embeds)` of g_1 .. g_{n-2}, then tts_eos, then tts_pad for
      every later step (tts specials: `text_projection(thinker_embed([tts_bos, tts_eos, tts_pad]))`);
    - positions: plain 0..T-1 for text-only input, else `get_rope_index` over the talker ids
-     with the thinker's grids and audio lengths; decode at `past + rope_delta`.
+     with the thinker's image/video grids, seconds per video grid and audio lengths; decode at
+     `past + rope_delta`.
 3. Talker decode step k: the code predictor (`code_predictor.generate(inputs_embeds=[last
    hidden of the previous talker step, codec_embed(c0_{k-1})], max_new_tokens=15)`) draws the 15
    residual codes of frame k-1; the next input is the sum of the 16 code embeddings (code 0 by
@@ -29,8 +30,12 @@ Exact dataflow of `Qwen3OmniMoeForConditionalGeneration.generate(..., return_aud
    seeded per request). Greedy oracle: temperature 0 here, `talker_do_sample=False` there.
 4. Code2wav: the frames, decoded in chunks with exact left context (stages/generation/code2wav.py).
 
-Audio input needs the talker config to carry the thinker's `audio_config` (HF reads
-`talker.config.audio_config.n_window` in `get_rope_index`); the loader sets it.
+Inputs (stages/models/omni_inputs.py): text, audio, image and video parts; video is decoded
+with PyAV and patchified without torchvision (`use_audio_in_video=False`). The talker's M-RoPE
+positions take the thinker's image and video grids, the videos' seconds per grid and the audio
+lengths, as transformers passes them. Audio input needs the talker config to carry the thinker's
+`audio_config` (HF reads `talker.config.audio_config.n_window` in `get_rope_index`); the loader
+sets it.
 """
 
 from __future__ import annotations
@@ -117,8 +122,11 @@ class Qwen3OmniFamily(ModelFamily):
 
     def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
         from stages.models.omni_inputs import prepare_omni_request
+        from stages.models.omni_video_limits import video_limits
 
-        return prepare_omni_request(request, processor(str(model_dir)), voices(str(model_dir)))
+        proc = processor(str(model_dir))
+        limits = video_limits(model_dir, proc.video_processor.limits)
+        return prepare_omni_request(request, proc, voices(str(model_dir)), limits)
 
 
 @functools.lru_cache(maxsize=4)
@@ -132,9 +140,10 @@ def config(model_dir: str):
 def processor(model_dir: str):
     from transformers import Qwen3OmniMoeProcessor
 
+    from stages.models.omni_video_processor import attach_video_processor
     from stages.tiny.qwen_omni import load_processor
 
-    return load_processor(model_dir, Qwen3OmniMoeProcessor)
+    return attach_video_processor(load_processor(model_dir, Qwen3OmniMoeProcessor), model_dir)
 
 
 def voices(model_dir: str) -> list[str]:
@@ -151,9 +160,11 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import AutoTokenizer, Qwen3OmniMoeThinkerForConditionalGeneration
 
     from stages.models.omni_thinker import build_thinker_engine
+    from stages.models.omni_video_limits import deploy_limits
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
+    deploy_limits(model_dir, processor(model_dir).video_processor.limits, stage_deploy.options)
     whole = config(model_dir)
     thinker = load_submodule(
         model_dir,
@@ -236,6 +247,8 @@ class TalkerSession:
             raise InvalidRequest("params.thinker_prompt_ids", "the talker needs the thinker's first output")
         self.prompt_ids: list[int] = list(request.params["thinker_prompt_ids"])
         self.grids = request.params.get("image_grid_thw")
+        self.video_grids = request.params.get("video_grid_thw")
+        self.video_seconds = request.params.get("video_second_per_grid")
         self.audio_lengths = request.params.get("audio_feature_lengths")
         self.sampling = request.sampling or SamplingParams(**TALKER_SAMPLING)
         self.generator = make_generator(self.sampling.seed)
@@ -346,20 +359,23 @@ class TalkerSession:
         inputs = torch.cat([user_rows[user], assistant_text + codec])[None]
         talker_ids = torch.cat([ids[user], torch.full((9,), whole.tts_pad_token_id, device=self.device)])[None]
         mask = torch.ones_like(talker_ids)
-        if self.audio_lengths is not None or self.grids:
+        if self.audio_lengths is not None or self.grids or self.video_grids:
             positions, self.rope_deltas = talker.get_rope_index(
                 talker_ids,
-                torch.tensor(self.grids, device=self.device) if self.grids else None,
-                None,
+                self._tensor(self.grids),
+                self._tensor(self.video_grids),
                 mask,
                 False,
-                torch.tensor(self.audio_lengths, device=self.device) if self.audio_lengths is not None else None,
-                None,
+                self._tensor(self.audio_lengths),
+                self._tensor(self.video_seconds),
             )
         else:
             positions = torch.arange(talker_ids.shape[1], device=self.device).view(1, 1, -1).expand(3, 1, -1)
             self.rope_deltas = torch.zeros((1, 1), dtype=torch.long, device=self.device)
         return self._forward(inputs, positions, talker_ids.shape[1])
+
+    def _tensor(self, values):
+        return None if values is None else self.torch.tensor(values, device=self.device)
 
     def _user_positions(self):
         torch = self.torch
