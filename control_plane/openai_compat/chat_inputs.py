@@ -1,11 +1,13 @@
 """Chat messages as OpenAI sends them, checked and made self-contained for the stages.
 
 Content parts: `text`, `image_url` {url, detail}, `input_audio` {data, format},
-`video_url` {url}. Media come as data URLs (or base64 for `input_audio`) or as http(s)
-URLs, which are fetched here, bounded in size, only when `settings.FETCH_MEDIA_URLS` is on
-(optionally limited to `MEDIA_URL_HOSTS`), and turned into data URLs, so the stages never
-reach the network. Images and audio are decoded once here, so a corrupt one is a 400
-naming its part instead of an engine error.
+`video_url` {url}, `video` {video: url} (vLLM's form). Media come as data URLs (or base64 for
+`input_audio`) or as http(s) URLs, which are fetched here, bounded in size (`MAX_MEDIA_BYTES`),
+only when `settings.FETCH_MEDIA_URLS` is on (optionally limited to `MEDIA_URL_HOSTS`), and
+turned into data URLs, so the stages never reach the network. Images and audio are decoded once here, so a corrupt one is a 400 naming its part
+instead of an engine error. Videos are only checked for type, base64 and size: decoding them
+needs PyAV and the thinker's sampling limits, so the thinker's host does it, and a bad video
+fails there with an invalid-request error naming the same part (a 400).
 
 `summarize` gives the history row a copy without the media bytes.
 """
@@ -111,7 +113,14 @@ async def _part(part: Any, param: str) -> dict[str, Any]:
             "type": "video_url",
             "video_url": {"url": await _media_data_url(url, f"{param}.video_url.url", "video")},
         }
-    raise invalid(f"{param}.type", f"Unsupported content part type {kind!r} (text, image_url, input_audio, video_url).")
+    if kind == "video":
+        url = part.get("video")
+        if not isinstance(url, str) or not url:
+            raise invalid(f"{param}.video", f"'{param}.video' must be a data URL or an http(s) URL.")
+        return {"type": "video", "video": await _media_data_url(url, f"{param}.video", "video")}
+    raise invalid(
+        f"{param}.type", f"Unsupported content part type {kind!r} (text, image_url, input_audio, video_url, video)."
+    )
 
 
 def _url_of(part: dict[str, Any], key: str, param: str) -> str:
@@ -230,8 +239,9 @@ def _part_summary(part: dict[str, Any]) -> dict[str, Any]:
     if kind == "text":
         return part
     if kind in ("image_url", "video_url"):
-        url = part[kind]["url"]
-        return {"type": kind, kind: {"url": f"<{url[5:].split(';')[0]} data, {len(url) * 3 // 4} bytes>"}}
+        return {"type": kind, kind: {"url": _data_url_summary(part[kind]["url"])}}
+    if kind == "video":
+        return {"type": kind, kind: _data_url_summary(part[kind])}
     if kind == "input_audio":
         return {
             "type": kind,
@@ -239,3 +249,7 @@ def _part_summary(part: dict[str, Any]) -> dict[str, Any]:
             "bytes": len(part["input_audio"]["data"]) * 3 // 4,
         }
     return {"type": kind}
+
+
+def _data_url_summary(url: str) -> str:
+    return f"<{url[5:].split(';')[0]} data, {len(url) * 3 // 4} bytes>"

@@ -1,16 +1,19 @@
-"""Input processing for the Qwen-Omni thinker: chat messages with text, audio and image parts.
+"""Input processing for the Qwen-Omni thinker: chat messages with text, audio, image and video parts.
 
 Runs on the thinker's host (`family.prepare_request`): the checkpoint's own chat template
-and processor expand the audio/image placeholders; the processed features travel to the
+and processor expand the audio/image/video placeholders; the processed features travel to the
 engine as payloads. Content parts:
 
 - `{"type": "text", "text": ...}`
 - `{"type": "audio", "audio": <base64 WAV/FLAC, data URL, or a list of float samples>,
    "sampling_rate": 16000}` (resampled to the feature extractor's rate)
 - `{"type": "image", "image": <base64 PNG/JPEG or data URL>}` (also `image_url: {"url": ...}`)
+- `{"type": "video", "video": <base64 MP4/WebM/... or data URL>}` (also `video_url: {"url": ...}`):
+  decoded and sampled by stages/models/omni_video_decode.py within the thinker's `VideoLimits`,
+  patchified by the torchvision-free stand-in of stages/models/omni_video_processor.py. The
+  video's own audio track is not used (`use_audio_in_video` is refused).
 
-Video parts are refused: the omni processors need torchvision for video, which is not
-installed here. Bad input raises InvalidRequest naming the field.
+Bad input raises InvalidRequest naming the field.
 """
 
 from __future__ import annotations
@@ -18,17 +21,29 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from stages.errors import InvalidRequest
+from stages.models.omni_video_limits import VideoLimits
 from stages.protocol import StageRequest
 
 AUDIO_RATE = 16000
 
 
-def prepare_omni_request(request: StageRequest, processor, speakers: list[str]) -> StageRequest:
+class ChatParts(NamedTuple):
+    conversation: list[dict[str, Any]]
+    """The messages for the chat template, media parts reduced to their type."""
+    audios: list[Any]
+    images: list[Any]
+    videos: list[tuple[bytes, str]]
+    """Each video file's bytes and the field it came from (decoded later, within the limits)."""
+
+
+def prepare_omni_request(
+    request: StageRequest, processor, speakers: list[str], video_limits: VideoLimits
+) -> StageRequest:
     from stages.models.omni_thinker import MM_PAYLOADS
     from stages.tensors import to_wire
 
@@ -40,14 +55,20 @@ def prepare_omni_request(request: StageRequest, processor, speakers: list[str]) 
         if not request.prompt:
             raise InvalidRequest("messages", "send messages, a prompt or prompt_token_ids")
         messages = [{"role": "user", "content": request.prompt}]
-    conversation, audios, images = split_messages(messages)
-    text = processor.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    parts = split_messages(messages)
+    if parts.videos and request.params.get("use_audio_in_video"):
+        raise InvalidRequest("use_audio_in_video", "a video's own audio track is not used; send it as an audio part")
+    videos = sample_videos(parts.videos, processor.video_processor, video_limits)
+    text = processor.tokenizer.apply_chat_template(parts.conversation, add_generation_prompt=True, tokenize=False)
     processed = processor(
         text=text,
-        audio=audios or None,
-        images=images or None,
+        audio=parts.audios or None,
+        images=parts.images or None,
+        videos=[video.frames for video in videos] or None,
         return_tensors="pt",
     )
+    if videos:
+        processed["video_second_per_grid"] = seconds_per_grid(videos, processor.video_processor.temporal_patch_size)
     payloads = {key: to_wire(processed[key]) for key in MM_PAYLOADS if key in processed}
     return msgspec.structs.replace(
         request,
@@ -65,11 +86,26 @@ def check_voice(voice: Any, speakers: list[str]) -> None:
         raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {sorted(speakers)}")
 
 
-def split_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any], list[Any]]:
-    """The conversation for the chat template, and the decoded audios and images in order."""
+def sample_videos(videos: list[tuple[bytes, str]], video_processor, limits: VideoLimits):
+    from stages.models.omni_video_decode import decode_video
+
+    factor, temporal = video_processor.factor, video_processor.temporal_patch_size
+    return [decode_video(data, field, limits, factor=factor, temporal=temporal) for data, field in videos]
+
+
+def seconds_per_grid(videos, temporal_patch_size: int):
+    """Seconds one temporal patch spans, per video. The omni processors derive it from a single
+    `fps` for all videos (Qwen3-Omni's defaulting to 1); each sampled video knows its own."""
+    import torch
+
+    return torch.tensor([temporal_patch_size / video.fps for video in videos])
+
+
+def split_messages(messages: list[dict[str, Any]]) -> ChatParts:
+    """The conversation for the chat template, the decoded audios and images and the video files, in order."""
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages", "must be a non-empty list")
-    conversation, audios, images = [], [], []
+    conversation, audios, images, videos = [], [], [], []
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message or "content" not in message:
             raise InvalidRequest(f"messages[{index}]", "each message needs a 'role' and a 'content'")
@@ -92,11 +128,14 @@ def split_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
                 images.append(decode_image(part, field))
                 parts.append({"type": "image"})
             elif kind in ("video", "video_url"):
-                raise InvalidRequest(f"{field}.type", "video input is not supported here (needs torchvision)")
+                videos.append(video_bytes(part, field))
+                parts.append({"type": "video"})
             else:
-                raise InvalidRequest(f"{field}.type", f"unsupported content part type {kind!r} (text, audio, image)")
+                raise InvalidRequest(
+                    f"{field}.type", f"unsupported content part type {kind!r} (text, audio, image, video)"
+                )
         conversation.append({"role": message["role"], "content": parts})
-    return conversation, audios, images
+    return ChatParts(conversation, audios, images, videos)
 
 
 def decode_audio(part: dict[str, Any], field: str):
@@ -146,10 +185,7 @@ def _resample(samples, rate: int):
 def decode_image(part: dict[str, Any], field: str):
     from PIL import Image, UnidentifiedImageError
 
-    value = part.get("image")
-    name = f"{field}.image"
-    if value is None and isinstance(part.get("image_url"), dict):
-        value, name = part["image_url"].get("url"), f"{field}.image_url.url"
+    value, name = _media_value(part, "image", field)
     if not isinstance(value, (str, bytes)):
         raise InvalidRequest(name, "expected base64 image data or a data URL")
     try:
@@ -158,6 +194,23 @@ def decode_image(part: dict[str, Any], field: str):
     except (UnidentifiedImageError, OSError) as error:
         raise InvalidRequest(name, f"could not decode the image data: {error}") from None
     return image.convert("RGB")
+
+
+def video_bytes(part: dict[str, Any], field: str) -> tuple[bytes, str]:
+    value, name = _media_value(part, "video", field)
+    if not isinstance(value, (str, bytes)):
+        raise InvalidRequest(name, "expected base64 video data or a data URL")
+    return _base64_bytes(value, name), name
+
+
+def _media_value(part: dict[str, Any], kind: str, field: str) -> tuple[Any, str]:
+    """`part[kind]`, or `part[kind + "_url"]["url"]` (or a bare string there), and its field name."""
+    if part.get(kind) is not None:
+        return part[kind], f"{field}.{kind}"
+    url = part.get(f"{kind}_url")
+    if isinstance(url, dict):
+        return url.get("url"), f"{field}.{kind}_url.url"
+    return url, f"{field}.{kind}_url"
 
 
 def _base64_bytes(value: str | bytes, field: str) -> bytes:

@@ -16,7 +16,7 @@ with the paged attention on its text config only) into `ARTorchEngine`. It repro
   token g_k carries the rows of input g_{k-1}; the last token's rows are never computed, exactly as
   in `generate()`;
 - the first output's params carry what the talker needs for its own positions: the prompt ids,
-  image/video grids and audio feature lengths.
+  image/video grids (and the videos' seconds per grid) and audio feature lengths.
 
 Text-only decode batches run in CUDA graphs; the MoE thinker of Qwen3 routes tokens with host
 syncs, so it runs eagerly.
@@ -187,6 +187,8 @@ def talker_position_inputs(prompt_ids: list[int], inputs: dict[str, torch.Tensor
         params["image_grid_thw"] = inputs["image_grid_thw"].tolist()
     if "video_grid_thw" in inputs:
         params["video_grid_thw"] = inputs["video_grid_thw"].tolist()
+    if "video_second_per_grid" in inputs:
+        params["video_second_per_grid"] = inputs["video_second_per_grid"].tolist()
     if "feature_attention_mask" in inputs:
         params["audio_feature_lengths"] = inputs["feature_attention_mask"].sum(-1).tolist()
     return params

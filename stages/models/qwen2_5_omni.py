@@ -13,8 +13,10 @@ The stages reproduce `Qwen2_5OmniForConditionalGeneration.generate(..., return_a
 
 Loading: each stage builds its own submodule from the sub-config and loads only the
 tensors under `thinker.` / `talker.` / `token2wav.` (the talker also reads four rows of the
-thinker's embedding matrix by slicing). Inputs: text, audio and image parts (video needs
-torchvision, absent here). Voices: the speakers of spk_dict.pt.
+thinker's embedding matrix by slicing). Inputs (stages/models/omni_inputs.py): text, audio,
+image and video parts; video is decoded with PyAV and patchified without torchvision, each clip's
+`<|VIDEO|>` expanded to t x h x w / 4 tokens and its own audio track unused
+(`use_audio_in_video=False`). Voices: the speakers of spk_dict.pt.
 """
 
 from __future__ import annotations
@@ -103,8 +105,11 @@ class Qwen25OmniFamily(ModelFamily):
 
     def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
         from stages.models.omni_inputs import prepare_omni_request
+        from stages.models.omni_video_limits import video_limits
 
-        return prepare_omni_request(request, processor(str(model_dir)), list(speakers(str(model_dir))))
+        proc = processor(str(model_dir))
+        limits = video_limits(model_dir, proc.video_processor.limits)
+        return prepare_omni_request(request, proc, list(speakers(str(model_dir))), limits)
 
 
 @functools.lru_cache(maxsize=4)
@@ -118,9 +123,10 @@ def config(model_dir: str):
 def processor(model_dir: str):
     from transformers import Qwen2_5OmniProcessor
 
+    from stages.models.omni_video_processor import attach_video_processor
     from stages.tiny.qwen_omni import load_processor
 
-    return load_processor(model_dir, Qwen2_5OmniProcessor)
+    return attach_video_processor(load_processor(model_dir, Qwen2_5OmniProcessor), model_dir)
 
 
 @functools.lru_cache(maxsize=4)
@@ -143,9 +149,11 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import AutoTokenizer, Qwen2_5OmniThinkerForConditionalGeneration
 
     from stages.models.omni_thinker import build_thinker_engine
+    from stages.models.omni_video_limits import deploy_limits
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
+    deploy_limits(model_dir, processor(model_dir).video_processor.limits, stage_deploy.options)
     thinker = load_submodule(
         model_dir,
         Qwen2_5OmniThinkerForConditionalGeneration,

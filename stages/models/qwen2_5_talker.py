@@ -18,7 +18,7 @@ whose `TalkerAdapter` drives `talker.model` unmodified. Dataflow of
   plain 0..T-1 (transformers 5.19 passes no attention mask to the talker, so it never builds its
   M-RoPE positions); `options.talker_codec_prompt: "qwen"` restores the original Qwen behaviour
   (codec embeddings of pad/bos added to the last two prompt rows, M-RoPE positions over
-  `prompt + [speaker_bos, g_0]` with the thinker's grids and audio lengths);
+  `prompt + [speaker_bos, g_0]` with the thinker's image/video grids and audio lengths);
 - sampling (HF defaults): top_k 40, top_p 0.8, temperature 0.9, repetition penalty 1.05 over the
   history above, `codec_bos` suppressed, stop on 8292 or 8294 (the stop code is not forwarded).
 
@@ -158,16 +158,18 @@ class TalkerEngine(OmniTalkerEngine):
     def _qwen_positions(self, seq: Sequence, rows: ThinkerRows) -> None:
         params, device = rows.params, self.device
         text_ids = torch.tensor([rows.prompt_ids + [rows.voice, rows.tokens[0]]], device=device)
-        grids = params.get("image_grid_thw")
-        lengths = params.get("audio_feature_lengths")
+
+        def tensor(name: str):
+            return torch.tensor(params[name], device=device) if params.get(name) else None
+
         positions, delta = self.talker.get_rope_index(
             text_ids,
-            torch.tensor(grids, device=device) if grids else None,
-            None,
+            tensor("image_grid_thw"),
+            tensor("video_grid_thw"),
             torch.ones_like(text_ids),
             bool(params.get("use_audio_in_video", False)),
-            torch.tensor(lengths, device=device) if lengths else None,
-            None,
+            tensor("audio_feature_lengths"),
+            tensor("video_second_per_grid"),
         )
         seq.extra["rope"] = positions[:, 0, :]
         seq.position_delta = int(delta.reshape(-1)[0])

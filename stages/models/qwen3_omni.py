@@ -10,8 +10,12 @@ The stages reproduce `Qwen3OmniMoeForConditionalGeneration.generate(..., return_
    frame on the AR engine and the 15 residual codes from the code predictor, batched across requests.
 3. Code2wav: the frames, decoded in chunks with exact left context (stages/generation/code2wav.py).
 
-Audio input needs the talker config to carry the thinker's `audio_config` (HF reads
-`talker.config.audio_config.n_window` in `get_rope_index`); the loader sets it.
+Inputs (stages/models/omni_inputs.py): text, audio, image and video parts; video is decoded
+with PyAV and patchified without torchvision (`use_audio_in_video=False`). The talker's M-RoPE
+positions take the thinker's image and video grids, the videos' seconds per grid and the audio
+lengths, as transformers passes them. Audio input needs the talker config to carry the thinker's
+`audio_config` (HF reads `talker.config.audio_config.n_window` in `get_rope_index`); the loader
+sets it.
 """
 
 from __future__ import annotations
@@ -92,8 +96,11 @@ class Qwen3OmniFamily(ModelFamily):
 
     def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
         from stages.models.omni_inputs import prepare_omni_request
+        from stages.models.omni_video_limits import video_limits
 
-        return prepare_omni_request(request, processor(str(model_dir)), voices(str(model_dir)))
+        proc = processor(str(model_dir))
+        limits = video_limits(model_dir, proc.video_processor.limits)
+        return prepare_omni_request(request, proc, voices(str(model_dir)), limits)
 
 
 @functools.lru_cache(maxsize=4)
@@ -107,9 +114,10 @@ def config(model_dir: str):
 def processor(model_dir: str):
     from transformers import Qwen3OmniMoeProcessor
 
+    from stages.models.omni_video_processor import attach_video_processor
     from stages.tiny.qwen_omni import load_processor
 
-    return load_processor(model_dir, Qwen3OmniMoeProcessor)
+    return attach_video_processor(load_processor(model_dir, Qwen3OmniMoeProcessor), model_dir)
 
 
 def voices(model_dir: str) -> list[str]:
@@ -126,9 +134,11 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import AutoTokenizer, Qwen3OmniMoeThinkerForConditionalGeneration
 
     from stages.models.omni_thinker import build_thinker_engine
+    from stages.models.omni_video_limits import deploy_limits
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
+    deploy_limits(model_dir, processor(model_dir).video_processor.limits, stage_deploy.options)
     whole = config(model_dir)
     thinker = load_submodule(
         model_dir,

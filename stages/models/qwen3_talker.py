@@ -259,18 +259,25 @@ class TalkerEngine(OmniTalkerEngine):
         return prompt, talker_ids
 
     def _positions(self, seq: Sequence, rows: ThinkerRows, talker_ids: torch.Tensor) -> None:
-        grids, lengths = rows.params.get("image_grid_thw"), rows.params.get("audio_feature_lengths")
-        if lengths is None and not grids:
+        params, device = rows.params, self.device
+        if (
+            params.get("audio_feature_lengths") is None
+            and not params.get("image_grid_thw")
+            and not params.get("video_grid_thw")
+        ):
             return  # plain positions 0..T-1
-        device = self.device
+
+        def tensor(name: str):
+            return torch.tensor(params[name], device=device) if params.get(name) is not None else None
+
         positions, delta = self.talker.get_rope_index(
             talker_ids[None],
-            torch.tensor(grids, device=device) if grids else None,
-            None,
+            tensor("image_grid_thw"),
+            tensor("video_grid_thw"),
             torch.ones_like(talker_ids[None]),
             False,
-            torch.tensor(lengths, device=device) if lengths is not None else None,
-            None,
+            tensor("audio_feature_lengths"),
+            tensor("video_second_per_grid"),
         )
         seq.extra["rope"] = positions[:, 0, :]
         seq.position_delta = int(delta.reshape(-1)[0])

@@ -4,7 +4,8 @@ Both keep the real token-id layout (a 152064-row thinker vocabulary, the real sp
 codec ids and speaker rows), every attention head_dim is 64, weights are fp32 with seed 0.
 The processors need no torchvision: a Whisper feature extractor and the PIL Qwen2-VL image
 processor, written as one merged `preprocessor_config.json` like the real checkpoints, plus
-a `video_preprocessor_config.json` written as JSON only (video input needs torchvision).
+a `video_preprocessor_config.json` (read by stages/models/omni_video_processor.py, which stands
+in for transformers' torchvision-only video processor).
 
     build_qwen2_5_omni(out_dir) -> Path      build_qwen3_omni(out_dir) -> Path
 """
@@ -336,8 +337,9 @@ def load_processor(model_dir: str | Path, processor_class):
     """The checkpoint's own processor, built by hand so no torchvision is needed.
 
     `AutoProcessor` would import the torchvision-only video processor; the omni processors
-    read `video_processor.merge_size` even for audio or image input, so a stand-in holds it.
-    Video input is therefore not supported without torchvision.
+    read `video_processor.merge_size` even for audio or image input, so a stand-in holds it here
+    and the families attach the frames-based video processor
+    (`stages.models.omni_video_processor.attach_video_processor`).
     """
     from transformers import AutoTokenizer, WhisperFeatureExtractor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil

@@ -1,6 +1,6 @@
 """In-process checks of the pieces under the /v1 routes: remote media fetching (only when
-allowed, bounded in size), image decoding limits, audio containers, signed artifact tokens,
-sampling per stage."""
+allowed, bounded in size), image decoding limits, audio containers, video parts, signed
+artifact tokens, sampling per stage."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import soundfile
 from PIL import Image
+from video_samples import video_data_url
 
 from control_plane.inference.signing import artifact_id_from_token, artifact_token
 from control_plane.openai_compat import audio_encoding
@@ -102,6 +103,66 @@ async def test_text_only_parts_flatten_and_audio_parts_are_checked():
     part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav.getvalue()).decode(), "format": "wav"}}
     (message,) = await prepare_messages([{"role": "user", "content": [part, {"type": "text", "text": "hear"}]}])
     assert message["content"][0]["type"] == "input_audio"
+
+
+def video_message(*parts: dict) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "text", "text": "what happens"}, *parts]}]
+
+
+async def test_video_parts_pass_on_as_data_urls(settings):
+    """Both forms reach the stages unchanged (the thinker's host decodes them); the history keeps no bytes."""
+    url = video_data_url(0)
+    (message,) = await prepare_messages(
+        video_message({"type": "video_url", "video_url": {"url": url}}, {"type": "video", "video": url})
+    )
+    assert message["content"][1:] == [{"type": "video_url", "video_url": {"url": url}}, {"type": "video", "video": url}]
+    summary = summarize([message])[0]["content"]
+    assert summary[1]["video_url"]["url"].startswith("<video/mp4 data, ")
+    assert summary[2]["video"].startswith("<video/mp4 data, ")
+
+
+@pytest.mark.parametrize(
+    ("part", "status", "param", "code"),
+    [
+        (
+            {"type": "video", "video": "data:image/png;base64,AAAA"},
+            400,
+            "messages[0].content[1].video",
+            "invalid_value",
+        ),
+        (
+            {"type": "video", "video": "data:video/mp4;base64,@@@"},
+            400,
+            "messages[0].content[1].video",
+            "invalid_base64",
+        ),
+        ({"type": "video"}, 400, "messages[0].content[1].video", "invalid_value"),
+        (
+            {"type": "video", "video": "ftp://example.invalid/a.mp4"},
+            400,
+            "messages[0].content[1].video",
+            "invalid_value",
+        ),
+        (
+            {"type": "video_url", "video_url": {"url": "https://example.invalid/a.mp4"}},
+            400,
+            "messages[0].content[1].video_url.url",
+            "url_fetch_disabled",
+        ),
+        (
+            {"type": "video_url", "video_url": {"url": video_data_url(0, seconds=4.0)}},
+            413,
+            "messages[0].content[1].video_url.url",
+            "media_too_large",
+        ),
+    ],
+)
+async def test_bad_video_parts_are_refused_naming_the_part(settings, part, status, param, code):
+    settings.FETCH_MEDIA_URLS = False
+    settings.MAX_MEDIA_BYTES = 2048
+    with pytest.raises(ApiError) as raised:
+        await prepare_messages(video_message(part))
+    assert (raised.value.status, raised.value.param, raised.value.code) == (status, param, code)
 
 
 def png_header_only(width: int, height: int) -> bytes:

@@ -31,23 +31,27 @@ def omni_models(tmp_path_factory) -> dict:
 
 
 def hf_reference(family: str, model_dir, messages, n_text: int, n_codes: int, **media) -> dict:
-    """transformers' own generate(return_audio=True), everything greedy; the talker's codes captured."""
+    """transformers' own processor and generate(return_audio=True), everything greedy."""
+    if family == "qwen2_5_omni":
+        from stages.models.qwen2_5_omni import processor
+    else:
+        from stages.models.qwen3_omni import processor
+    proc = processor(str(model_dir))
+    text = proc.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return hf_generate(family, model_dir, proc(text=text, return_tensors="pt", **media), n_text, n_codes)
+
+
+def hf_generate(family: str, model_dir, inputs, n_text: int, n_codes: int) -> dict:
+    """transformers' own generate(return_audio=True) on processed inputs, greedy; the talker's codes captured."""
     import torch
 
     if family == "qwen2_5_omni":
         from transformers import Qwen2_5OmniForConditionalGeneration as Model
-
-        from stages.models.qwen2_5_omni import processor
     else:
         from transformers import Qwen3OmniMoeForConditionalGeneration as Model
-
-        from stages.models.qwen3_omni import processor
     model = Model.from_pretrained(model_dir).eval()
     if family == "qwen3_omni":
         model.talker.config.audio_config = model.config.thinker_config.audio_config
-    proc = processor(str(model_dir))
-    text = proc.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    inputs = proc(text=text, return_tensors="pt", **media)
     captured = {}
     talker_generate = model.talker.generate
 

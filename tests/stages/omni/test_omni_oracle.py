@@ -83,10 +83,9 @@ def test_omni_audio_image_prompt_equals_transformers(omni_models, family, with_i
     from stages.models.omni_inputs import split_messages
 
     request = _mm_request(440.0, 0, max_tokens=6, with_image=with_image)
-    _, audios, images = split_messages(request.messages)
-    conversation, _, _ = split_messages(request.messages)
-    media = {"audio": audios, **({"images": images} if with_image else {})}
-    reference = hf_reference(family, omni_models[family], conversation, 6, 8, **media)
+    parts = split_messages(request.messages)
+    media = {"audio": parts.audios, **({"images": parts.images} if with_image else {})}
+    reference = hf_reference(family, omni_models[family], parts.conversation, 6, 8, **media)
     [result] = run_chain(family, omni_models[family], [request], SamplingParams(temperature=0, max_tokens=8)).values()
     assert result["tokens"] == reference["tokens"]
     assert result["codes"] == reference["codes"]

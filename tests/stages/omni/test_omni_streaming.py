@@ -144,7 +144,7 @@ def test_omni_audio_and_image_reach_the_thinker(omni_models, family):
 @pytest.mark.parametrize(
     ("content", "field"),
     [
-        ([{"type": "video", "video": "x"}], "messages[0].content[0].type"),
+        ([{"type": "video", "video": "x"}], "messages[0].content[0].video"),
         ([{"type": "hologram"}], "messages[0].content[0].type"),
         ([{"type": "audio", "audio": base64.b64encode(b"not audio").decode()}], "messages[0].content[0].audio"),
         ([{"type": "audio", "audio": "%%%"}], "messages[0].content[0].audio"),
