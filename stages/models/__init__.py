@@ -8,8 +8,8 @@ A family is an object (usually a module-level `family = MyFamily()`) with:
   `model_index.json`) it serves, for auto-detection from a checkpoint directory.
 - `build_engine(stage_name, model_dir, stage_deploy) -> StageEngine`: loads one stage on
   the receiving host. Heavy imports (torch, transformers) happen here, never at import.
-- `prepare_request(request, model_dir) -> StageRequest` (optional): the entry stage's
-  input processing on the receiving host — chat template, multimodal processor — turning
+- `prepare_request(request, model_dir, stage_deploy) -> StageRequest` (optional): the entry stage's
+  input processing on the receiving host, with that stage's deploy config — chat template, multimodal processor — turning
   `messages` / `prompt` into what the engine consumes. The default returns it unchanged.
 
 Drivers (the in-process orchestrator, the replica host) build engines with
@@ -84,7 +84,9 @@ class ModelFamily:
     def build_engine(self, stage_name: str, model_dir: str | Path, stage_deploy: StageDeployConfig) -> StageEngine:
         raise NotImplementedError
 
-    def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
+    def prepare_request(
+        self, request: StageRequest, model_dir: str | Path, stage_deploy: StageDeployConfig
+    ) -> StageRequest:
         return request
 
 
@@ -147,22 +149,24 @@ def load_stage_engine(
     engine = family.build_engine(stage_name, model_dir, stage_deploy)
     needs_preparing = type(family).prepare_request is not ModelFamily.prepare_request
     if pipeline.entry_stage.name == stage_name and needs_preparing:
-        return PreparingEngine(engine, family, model_dir, pipeline.entry_stage.id)
+        return PreparingEngine(engine, family, model_dir, stage_deploy)
     return engine
 
 
 class PreparingEngine(StageEngine):
     """Runs the family's entry-stage input processing before the engine sees a request."""
 
-    def __init__(self, engine: StageEngine, family: ModelFamily, model_dir: str | Path, stage_id: int):
+    def __init__(
+        self, engine: StageEngine, family: ModelFamily, model_dir: str | Path, stage_deploy: StageDeployConfig
+    ):
         self.engine = engine
         self.family = family
         self.model_dir = model_dir
-        self.stage_id = stage_id
+        self.stage_deploy = stage_deploy
 
     def add_request(self, request: StageRequest) -> None:
         try:
-            prepared = self.family.prepare_request(request, self.model_dir)
+            prepared = self.family.prepare_request(request, self.model_dir, self.stage_deploy)
         except StageFailure:
             raise
         except Exception as error:  # a bad template input fails this request only

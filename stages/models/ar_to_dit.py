@@ -70,7 +70,9 @@ class ARToDiTFamily(ModelFamily):
             return build_diffusion_engine(stage_name, stage_dir(model_dir, DIT), stage_deploy)
         raise ConfigError("stage", f"the ar_to_dit pipeline has stages {PROMPTER!r} and {DIT!r}, not {stage_name!r}")
 
-    def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
+    def prepare_request(
+        self, request: StageRequest, model_dir: str | Path, stage_deploy: StageDeployConfig
+    ) -> StageRequest:
         """Chat messages (or a bare prompt) under the prompt-writing system prompt, as prompt token ids."""
         from stages.models.llm import apply_chat_template
 

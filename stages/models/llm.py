@@ -50,7 +50,9 @@ class LLMFamily(ModelFamily):
             return ARTorchEngine.from_pretrained(model_dir, stage_deploy)
         raise ConfigError(f"stages.{STAGE_NAME}.backend", f"the llm stage runs on 'torch' or 'vllm', not {backend!r}")
 
-    def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
+    def prepare_request(
+        self, request: StageRequest, model_dir: str | Path, stage_deploy: StageDeployConfig
+    ) -> StageRequest:
         if request.messages is None or request.prompt_token_ids is not None:
             return request
         token_ids = apply_chat_template(model_dir, request.messages)

@@ -10,9 +10,9 @@ their class defaults over the checkpoint's own video config at call time; here t
 wins, so a small checkpoint can ask for small frames.
 
 A deployment overrides any field for its thinker with `StageDeployConfig.options["video"]`,
-e.g. `{"max_frames": 64, "max_seconds": 60}`. `family.prepare_request` gets no deploy config, so
-the thinker's builder records its limits per checkpoint directory (`deploy_limits`) in the
-process that prepares its requests; the thinker built last in a process sets them.
+e.g. `{"max_frames": 64, "max_seconds": 60}` (`deployed_limits`, given the thinker stage's deploy
+config by `family.prepare_request`; the thinker's builder checks the options once, so bad ones
+fail the build).
 """
 
 from __future__ import annotations
@@ -64,20 +64,12 @@ class VideoLimits:
         return limits
 
 
-_DEPLOYED: dict[str, VideoLimits] = {}
-
-
-def deploy_limits(model_dir: str | Path, defaults: VideoLimits, options: dict[str, Any]) -> None:
-    """Record the thinker's `options["video"]` over the checkpoint's defaults (at engine build)."""
+def deployed_limits(defaults: VideoLimits, options: dict[str, Any]) -> VideoLimits:
+    """The thinker stage's `options["video"]` over the checkpoint's defaults."""
     video = options.get("video") or {}
     if not isinstance(video, dict):
         raise ConfigError("options.video", "must be an object of video limits")
-    _DEPLOYED[_key(model_dir)] = defaults.with_options(video, "options.video")
-
-
-def video_limits(model_dir: str | Path, defaults: VideoLimits) -> VideoLimits:
-    """The limits requests to this checkpoint are prepared with in this process."""
-    return _DEPLOYED.get(_key(model_dir), defaults)
+    return defaults.with_options(video, "options.video")
 
 
 def checkpoint_limits(config: dict[str, Any], processor_class: type, factor: int) -> VideoLimits:
@@ -101,7 +93,3 @@ def _processor_frame_size(processor_class: type) -> dict[str, int]:
     kwargs = getattr(processor_class, "valid_processor_kwargs", None)
     defaults = getattr(kwargs, "_defaults", None) or {}
     return dict(defaults.get("videos_kwargs", {}).get("size") or {})
-
-
-def _key(model_dir: str | Path) -> str:
-    return str(Path(model_dir).resolve())

@@ -94,12 +94,14 @@ class Qwen3OmniFamily(ModelFamily):
             return build_code2wav(model_dir, stage_deploy)
         raise ConfigError("stage", f"{FAMILY} has stages thinker, talker, code2wav; not {stage_name!r}")
 
-    def prepare_request(self, request: StageRequest, model_dir: str | Path) -> StageRequest:
+    def prepare_request(
+        self, request: StageRequest, model_dir: str | Path, stage_deploy: StageDeployConfig
+    ) -> StageRequest:
         from stages.models.omni_inputs import prepare_omni_request
-        from stages.models.omni_video_limits import video_limits
+        from stages.models.omni_video_limits import deployed_limits
 
         proc = processor(str(model_dir))
-        limits = video_limits(model_dir, proc.video_processor.limits)
+        limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
         return prepare_omni_request(request, proc, voices(str(model_dir)), limits)
 
 
@@ -134,11 +136,11 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import AutoTokenizer, Qwen3OmniMoeThinkerForConditionalGeneration
 
     from stages.models.omni_thinker import build_thinker_engine
-    from stages.models.omni_video_limits import deploy_limits
+    from stages.models.omni_video_limits import deployed_limits
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
-    deploy_limits(model_dir, processor(model_dir).video_processor.limits, stage_deploy.options)
+    deployed_limits(processor(model_dir).video_processor.limits, stage_deploy.options)  # bad options fail the build
     whole = config(model_dir)
     thinker = load_submodule(
         model_dir,

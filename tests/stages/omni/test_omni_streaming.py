@@ -127,7 +127,7 @@ def test_omni_audio_and_image_reach_the_thinker(omni_models, family):
 
     def first_output(audio_freq, image_seed):
         request = _mm_request(audio_freq, image_seed)
-        prepared = get_family(family).prepare_request(request, model)
+        prepared = get_family(family).prepare_request(request, model, StageDeployConfig())
         engine.add_request(request)
         [output] = engine.step()
         engine.abort(request.request_id)
@@ -156,7 +156,7 @@ def test_omni_bad_input_names_the_field(omni_models, content, field):
 
     request = StageRequest(request_id="bad", messages=[{"role": "user", "content": content}])
     with pytest.raises(InvalidRequest) as raised:
-        get_family("qwen2_5_omni").prepare_request(request, omni_models["qwen2_5_omni"])
+        get_family("qwen2_5_omni").prepare_request(request, omni_models["qwen2_5_omni"], StageDeployConfig())
     assert raised.value.param == field
 
 

@@ -51,10 +51,10 @@ def family_processor(family: str, model_dir):
     return {"qwen2_5_omni": qwen2_5_omni, "qwen3_omni": qwen3_omni}[family].processor(str(model_dir))
 
 
-def prepare(family: str, model_dir, request: StageRequest) -> StageRequest:
+def prepare(family: str, model_dir, request: StageRequest, options: dict | None = None) -> StageRequest:
     from stages.models import get_family
 
-    return get_family(family).prepare_request(request, model_dir)
+    return get_family(family).prepare_request(request, model_dir, StageDeployConfig(options=options or {}))
 
 
 def thinker_tokens(engine, request: StageRequest) -> list[int]:
@@ -325,13 +325,13 @@ def test_audio_in_video_is_refused(omni_models):
 
 @pytest.fixture
 def thinker_with_video_options(omni_models):
-    """Builds the Qwen2.5 thinker with `options["video"]`; the checkpoint's limits come back afterwards."""
+    """Builds the Qwen2.5 thinker with `options["video"]`."""
     from stages.models import load_stage_engine
-    from stages.models.omni_video_limits import deploy_limits
 
     model = omni_models["qwen2_5_omni"]
-    yield lambda video: load_stage_engine("qwen2_5_omni", "thinker", model, StageDeployConfig(options={"video": video}))
-    deploy_limits(model, family_processor("qwen2_5_omni", model).video_processor.limits, {})
+    return lambda video: load_stage_engine(
+        "qwen2_5_omni", "thinker", model, StageDeployConfig(options={"video": video})
+    )
 
 
 @pytest.mark.parametrize(
@@ -346,9 +346,9 @@ def test_videos_beyond_the_deployed_limits_are_refused(thinker_with_video_option
     assert not engine.has_unfinished()
 
 
-def test_deployed_limits_set_the_sampling(omni_models, thinker_with_video_options):
-    thinker_with_video_options({"min_frames": 2, "max_frames": 2, "min_pixels": 28 * 28, "max_pixels": 28 * 28})
-    prepared = prepare("qwen2_5_omni", omni_models["qwen2_5_omni"], video_request(video_part(0)))
+def test_deployed_limits_set_the_sampling(omni_models):
+    video = {"min_frames": 2, "max_frames": 2, "min_pixels": 28 * 28, "max_pixels": 28 * 28}
+    prepared = prepare("qwen2_5_omni", omni_models["qwen2_5_omni"], video_request(video_part(0)), {"video": video})
     from stages.tensors import to_numpy
 
     assert to_numpy(prepared.payloads["video_grid_thw"]).tolist() == [[1, 2, 2]]
