@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from control_plane.deployments import queries
 from control_plane.deployments.models import Deployment, Pipeline
-from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments
+from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments, check_may_manage
 from control_plane.deployments.services import (
     DeploymentInvalid,
     deployment_create,
@@ -138,7 +138,7 @@ class DeploymentDetailApi(APIView):
 
     @extend_schema(responses={204: None})
     def delete(self, request, name: str):
-        deployment_delete(deployment=_deployment(name))
+        deployment_delete(deployment=_managed_deployment(request, name))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -156,7 +156,7 @@ class DeploymentScaleApi(APIView):
         data = self.DeploymentScaleInput(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            deployment = deployment_scale(deployment=_deployment(name), **data.validated_data)
+            deployment = deployment_scale(deployment=_managed_deployment(request, name), **data.validated_data)
         except DeploymentInvalid as error:
             raise _invalid(error) from None
         return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
@@ -169,7 +169,7 @@ class DeploymentStopApi(APIView):
 
     @extend_schema(request=None, responses=DeploymentOutput)
     def post(self, request, name: str):
-        deployment = deployment_stop(deployment=_deployment(name))
+        deployment = deployment_stop(deployment=_managed_deployment(request, name))
         return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
 
 
@@ -180,7 +180,7 @@ class DeploymentStartApi(APIView):
 
     @extend_schema(request=None, responses=DeploymentOutput)
     def post(self, request, name: str):
-        deployment = deployment_start(deployment=_deployment(name))
+        deployment = deployment_start(deployment=_managed_deployment(request, name))
         return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
 
 
@@ -195,3 +195,9 @@ class ReplicaListApi(APIView):
 
 def _deployment(name: str) -> Deployment:
     return get_object_or_404(queries.deployment_list(), name=name)
+
+
+def _managed_deployment(request, name: str) -> Deployment:
+    deployment = _deployment(name)
+    check_may_manage(request, deployment)
+    return deployment
