@@ -168,6 +168,7 @@ def _observed(status: ReplicaStatus, now) -> dict:
         "host": status.host,
         "progress": status.progress,
         "queue_depth": status.queue_depth,
+        "transfers": status.transfers,
         "last_heartbeat": now,
     }
 

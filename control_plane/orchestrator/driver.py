@@ -36,6 +36,7 @@ from stages.orchestrator import (
     Complete,
     DeploymentDown,
     DeploymentUp,
+    Discard,
     Emit,
     Event,
     Fail,
@@ -49,7 +50,7 @@ from stages.orchestrator import (
     decode_state,
     encode_state,
 )
-from stages.protocol import Abort, StageOutput, encode
+from stages.protocol import Abort, Release, StageOutput, encode
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +297,8 @@ class RedisOrchestrator:
             elif isinstance(action, SendAbort):
                 message = encode(Abort(request_id=action.request_id))
                 pipe.xadd(streams.replica_input(action.replica_id), {"kind": "abort", "data": message})
+            elif isinstance(action, Discard):
+                self._queue_releases(pipe, action)
             elif isinstance(action, Emit | Complete | Fail):
                 warming = wire.warmup_deployment_of(action.request_id)
                 if warming is not None:
@@ -304,6 +307,15 @@ class RedisOrchestrator:
                 key = streams.request_output(action.request_id)
                 pipe.xadd(key, wire.client_message(action))
                 pipe.expire(key, ttl)
+
+    def _queue_releases(self, pipe, action: Discard) -> None:
+        """Only a segment's writer can free it (it lives in its host's /dev/shm): tell each writer."""
+        keys_by_owner: dict[str, list[str]] = {}
+        for payload in action.payloads:
+            if payload.owner:
+                keys_by_owner.setdefault(payload.owner, []).append(payload.key)
+        for owner, keys in keys_by_owner.items():
+            pipe.xadd(streams.replica_input(owner), {"kind": "release", "data": encode(Release(keys=keys))})
 
     def _warmup_result(self, action: Action, deployment_id: str) -> None:
         if isinstance(action, Emit):
