@@ -142,7 +142,8 @@ def test_a_reader_on_this_host_gets_shared_memory_and_frees_it_once_acknowledged
     wait_for(lambda: chain.transfers(chain.reader).get("shm.free", {}).get("count") == 3, timeout=10,
              what="the reader's published transfers")  # fmt: skip
     assert chain.transfers(chain.reader)["shm.get"]["bytes"] == 3 * PAYLOAD_BYTES
-    assert chain.transfers(chain.writer)["shm.put"]["count"] == 3
+    wait_for(lambda: chain.transfers(chain.writer).get("shm.put", {}).get("count") == 3, timeout=10,
+             what="the writer's published transfers")  # fmt: skip
     assert "redis.put" not in chain.transfers(chain.writer)
 
 
@@ -171,7 +172,8 @@ def test_a_reader_on_another_host_gets_the_payload_through_its_writers_export(ch
     assert owned_segments(chain.writer) == []  # exported, then unlinked by the writer
     wait_for(lambda: chain.transfers(chain.reader).get("shm.fallback", {}).get("count") == 3, timeout=10,
              what="the reader's fallbacks")  # fmt: skip
-    assert chain.transfers(chain.writer)["shm.export"]["bytes"] == 3 * PAYLOAD_BYTES
+    wait_for(lambda: chain.transfers(chain.writer).get("shm.export", {}).get("bytes") == 3 * PAYLOAD_BYTES,
+             timeout=10, what="the writer's published exports")  # fmt: skip
     copies = [streams.payload(h.key) for h in handles(written)]
     wait_for(lambda: client.exists(*copies) == 0, timeout=10, what="the reader to free the exported copies")
 
