@@ -3,7 +3,11 @@
 It has no model, so it isolates what the orchestration costs: the in-process driver,
 the Redis-stream platform path, forwarding between stages. Options (from the stage's
 deploy config `options`): `delay_s` sleeps that long per step, `tokens_per_step` word
-pieces per step. A stage named "voice" answers with audio (a short tone per piece).
+pieces per step, `payload_bytes` attaches that many bytes (`payloads["hidden"]`) to every
+output with pieces, `fail_warmups` fails that many warm-up requests (`params["warmup"]`)
+before it lets one pass. A stage named "voice" answers with audio (a short tone per piece).
+A request that brought payloads ends with their size and CRC-32 in its last output's params
+(`stages.echo_payloads`).
 
 Per-request test hooks in `StageRequest.params`: `echo_fail` makes the request fail in
 its first step with a server error; `echo_hang` keeps it from ever producing output;
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.config import EdgeConfig, PipelineConfig, StageConfig, StageDeployConfig
+from stages.echo_payloads import PAYLOAD_KEY, PayloadDigest, echo_payload
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest
 from stages.models import DEFAULT_VARIANT, ModelFamily
@@ -41,8 +46,10 @@ class _EchoRequest:
     emitted: int = 0
     seq: int = 0
     fail: bool = False
+    fail_warmup: bool = False
     hang: bool = False
     crash: bool = False
+    digest: PayloadDigest = field(default_factory=PayloadDigest)
 
 
 def split_pieces(request: StageRequest) -> list[tuple[str, int]]:
@@ -65,10 +72,20 @@ def _input_text(request: StageRequest) -> str:
 
 
 class EchoEngine(StageEngine):
-    def __init__(self, delay_s: float = 0.0, tokens_per_step: int = 1, modality: str = "text"):
+    def __init__(
+        self,
+        delay_s: float = 0.0,
+        tokens_per_step: int = 1,
+        modality: str = "text",
+        *,
+        payload_bytes: int = 0,
+        fail_warmups: int = 0,
+    ):
         self.delay_s = delay_s
         self.tokens_per_step = tokens_per_step
         self.modality = modality
+        self.payload_bytes = payload_bytes
+        self.warmups_to_fail = fail_warmups
         self.requests: dict[str, _EchoRequest] = {}
 
     def add_request(self, request: StageRequest) -> None:
@@ -87,7 +104,11 @@ class EchoEngine(StageEngine):
             hang=bool(request.params.get("echo_hang")),
             crash=bool(request.params.get("echo_crash")),
         )
+        if request.params.get("warmup") and self.warmups_to_fail > 0:
+            self.warmups_to_fail -= 1
+            state.fail_warmup = True
         state.pieces.extend(split_pieces(request))
+        state.digest.add(request.payloads)
         self.requests[request.request_id] = state
 
     def add_chunk(self, request: StageRequest) -> None:
@@ -95,6 +116,7 @@ class EchoEngine(StageEngine):
         if state is None:
             return  # aborted or finished already
         state.pieces.extend(split_pieces(request))
+        state.digest.add(request.payloads)
         state.input_finished = request.finished
 
     def step(self) -> list[StageOutput]:
@@ -118,6 +140,9 @@ class EchoEngine(StageEngine):
         if state.fail:
             error = StageError(message="echo_fail was set: this request fails on purpose", code="echo_fail")
             return self._output(state, [], finished=True, reason="error", error=error)
+        if state.fail_warmup:
+            message = "this stage fails its warm-up on purpose (option fail_warmups)"
+            return self._output(state, [], finished=True, reason="error", error=StageError(message=message))
         taken = []
         while state.pieces and len(taken) < self.tokens_per_step and not self._at_limit(state, taken):
             taken.append(state.pieces.popleft())
@@ -148,6 +173,13 @@ class EchoEngine(StageEngine):
         if self.modality == "audio" and taken:
             output.payloads = {"audio": _tone(len(taken))}
             output.params = {"sample_rate": SAMPLE_RATE}
+        if self.payload_bytes and taken:
+            output.payloads = {
+                **output.payloads,
+                PAYLOAD_KEY: echo_payload(state.request_id, state.seq, self.payload_bytes),
+            }
+        if finished and state.digest.nbytes:
+            output.params = {**output.params, **state.digest.as_params()}
         state.seq += 1
         return output
 
@@ -209,6 +241,8 @@ class EchoFamily(ModelFamily):
             delay_s=float(options.get("delay_s", 0.0)),
             tokens_per_step=int(options.get("tokens_per_step", 1)),
             modality="audio" if stage_name == "voice" else "text",
+            payload_bytes=int(options.get("payload_bytes", 0)),
+            fail_warmups=int(options.get("fail_warmups", 0)),
         )
 
 

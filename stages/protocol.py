@@ -35,6 +35,10 @@ class PayloadRef(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     nbytes: int
     dtype: str = ""
     shape: list[int] = []
+    host: str = ""
+    """Shared memory: the host whose /dev/shm holds the segment (a reader elsewhere cannot map it)."""
+    owner: str = ""
+    """Shared memory: the replica that wrote the segment (it exports or releases it on request)."""
 
 
 Payload = Tensor | PayloadRef
@@ -141,6 +145,21 @@ class Drain(ControlMessage, kw_only=True):
     pass
 
 
+class Export(ControlMessage, kw_only=True):
+    """To the replica that wrote these shared-memory payloads: copy them into Redis (under
+    `stages.streams.payload(key)`, with the payload TTL), because their reader runs on
+    another host."""
+
+    payloads: list[PayloadRef]
+
+
+class Release(ControlMessage, kw_only=True):
+    """To the replica that wrote these shared-memory segments: nobody will read them (their
+    request ended before they were delivered); unlink them."""
+
+    keys: list[str]
+
+
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -188,3 +207,5 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     running: int = 0
     error: str | None = None
     ts: float = 0.0
+    transfers: dict[str, dict[str, float]] = {}
+    """Connector totals since the host started: `<connector>.<direction>` -> count, bytes, seconds."""

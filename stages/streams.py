@@ -35,6 +35,12 @@ def replica_heartbeat(replica_id: str) -> str:
     return f"{PREFIX}:hb:replica:{replica_id}"
 
 
+def deployment_replicas(deployment_id: str) -> str:
+    """Hash: replica id -> stage name of the deployment's replica hosts that announced
+    themselves (their heartbeats say whether they still live, and on which host)."""
+    return f"{PREFIX}:replicas:{deployment_id}"
+
+
 def replica_input(replica_id: str) -> str:
     return f"{PREFIX}:stream:replica:{replica_id}"
 

@@ -1,4 +1,5 @@
-"""Each Celery worker announces the pools (queues) it serves and the devices it has."""
+"""Each Celery worker announces the pools (queues) it serves and the devices it has, and
+sweeps the shared-memory payloads nobody collected on its host."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from celery.signals import worker_ready, worker_shutdown
 
 from stages import streams
 from stages.heartbeat import Heartbeat
+from workers.shm_sweeper import ShmSweeper
 
 _heartbeats: list[Heartbeat] = []
+_sweepers: list[ShmSweeper] = []
 
 
 def redis_url() -> str:
@@ -52,9 +55,12 @@ def start_pool_heartbeats(sender, **kwargs) -> None:
         )
         beat.beat()
         _heartbeats.append(beat.start())
+    _sweepers.append(ShmSweeper().start())
 
 
 @worker_shutdown.connect
 def stop_pool_heartbeats(**kwargs) -> None:
     while _heartbeats:
         _heartbeats.pop().stop()
+    while _sweepers:
+        _sweepers.pop().stop()

@@ -7,6 +7,13 @@ requests, chunks and aborts to the engine, steps the engine while it has work, w
 every StageOutput to the deployment's output stream, and acknowledges each input entry
 once processed. Status goes out as a heartbeat key and as inbox events (replica_status).
 
+Payloads: large tensors of outputs leave through shared memory when their one reader, the
+next stage, runs only on this host (`workers.payload_routes`), else through Redis keys with
+a TTL; small ones inline. Shared-memory segments this host reads are freed once the input
+that carried them is acknowledged; a segment written on another host is asked of its
+writer (`workers.foreign_payloads`), and this host answers such `export` entries, and
+`release` entries for segments nobody will read. Transfer totals go out with the heartbeat.
+
 Failure rules:
 - Bad input (InvalidRequest / StageFailure from add_request or add_chunk, an undecodable
   entry) fails that request only, with an error output; the host keeps serving.
@@ -31,6 +38,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -45,8 +53,10 @@ from stages import streams
 from stages.connectors import Connectors
 from stages.engine import StageEngine
 from stages.errors import StageFailure
-from stages.protocol import Abort, Drain, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from workers.foreign_payloads import ForeignPayloads
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
+from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
 from workers.replica_status import StatusReporter, heartbeat_ttl_s
 from workers.seen_entries import SeenEntries
@@ -97,7 +107,24 @@ class ReplicaHost:
         self.input = ReplicaInput(client, spec.replica_id)
         self.output_stream = streams.deployment_output(spec.deployment_id)
         self.running: dict[str, _Running] = {}
-        self.reporter = StatusReporter(client, spec, queue_depth=self.input.depth, running=lambda: len(self.running))
+        host = socket.gethostname()
+        self.connectors = Connectors(
+            redis_client=client,
+            redis_consume=False,
+            shm_consume=False,
+            host=host,
+            owner=spec.replica_id,
+            fetch_foreign=ForeignPayloads(client).fetch,
+        )
+        self.routes = PayloadRoutes(client, spec, host)
+        self.connector_preference = spec.stage_deploy.get("connector", "auto")
+        self.reporter = StatusReporter(
+            client,
+            spec,
+            queue_depth=self.input.depth,
+            running=lambda: len(self.running),
+            transfers=self.connectors.stats,
+        )
         self.seen = SeenEntries()
         self.engine: StageEngine | None = None
         self.stop_requested = threading.Event()
@@ -105,8 +132,6 @@ class ReplicaHost:
         self.draining_since: float | None = None
         self._outbox: list[StageOutput] = []
         self._unacked: list[InputEntry] = []
-        # large tensors leave through Redis keys with a TTL (outputs may cross hosts)
-        self.connectors = Connectors(redis_client=client, redis_consume=False)
         self._idle_steps = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -198,6 +223,10 @@ class ReplicaHost:
             self._take_request(message)
         elif isinstance(message, Abort):
             self._abort(message.request_id)
+        elif isinstance(message, Export):
+            self.connectors.export_segments(message.payloads)
+        elif isinstance(message, Release):
+            self.connectors.free_segments(message.keys)
         elif isinstance(message, Drain):
             if entry.time_ms < self.drains_after_ms:
                 log.info("replica %s: ignoring a drain sent before this host started", self.spec.replica_id)
@@ -303,9 +332,9 @@ class ReplicaHost:
         (commands run in order: an input is acknowledged only after its outputs are out)."""
         if not self._outbox and not self._unacked:
             return
+        self._outbox = [self._offload(output) for output in self._outbox]  # once, even if this flush is retried
         pipe = self.client.pipeline(transaction=False)
         for output in self._outbox:
-            output = self.connectors.offload_output(output, same_host=False)
             pipe.xadd(self.output_stream, {"replica": self.spec.replica_id, "data": encode(output)})
         if self._unacked:
             self.input.queue_done(pipe, self._unacked)
@@ -314,8 +343,22 @@ class ReplicaHost:
                 raise result  # NOGROUP: Redis lost the stream meanwhile, nothing left to acknowledge
             if isinstance(result, redis.ConnectionError | redis.TimeoutError):
                 raise result
-        self._outbox = []
-        self._unacked = []
+        acknowledged, self._outbox, self._unacked = self._unacked, [], []
+        self._free_inputs(acknowledged)
+
+    def _offload(self, output: StageOutput) -> StageOutput:
+        return self.connectors.offload_output(
+            output, same_host=self.routes.stays_on_host, preference=self.connector_preference
+        )
+
+    def _free_inputs(self, entries: list[InputEntry]) -> None:
+        """Acknowledged inputs are never delivered again: the shared memory they carried can go."""
+        try:
+            for entry in entries:
+                if isinstance(entry.message, StageRequest):
+                    self.connectors.free_request(entry.message)
+        except redis.RedisError as failure:  # an exported copy then expires with its TTL
+            log.warning("replica %s: freeing input payloads failed: %s", self.spec.replica_id, failure)
 
     def _flush_quietly(self) -> None:
         try:

@@ -1,7 +1,7 @@
 """A replica's input stream, read through the replica consumer group.
 
-Entries carry `kind` ("request", "abort", "drain") and `data` (msgpack of StageRequest,
-Abort or Drain). Each entry is acknowledged after the host processed it, and then
+Entries carry `kind` ("request", "abort", "drain", "export", "release") and `data`
+(msgpack of StageRequest, Abort, Drain, Export or Release). Each entry is acknowledged after the host processed it, and then
 deleted: the stream then holds exactly the work not yet done, so its length is the
 replica's queue depth. Pending entries of consumers that died (a host killed with -9)
 are claimed by the next host of the same replica, so nothing stays pending.
@@ -18,12 +18,18 @@ import msgspec
 import redis
 
 from stages import streams
-from stages.protocol import Abort, Drain, StageRequest, decoder
+from stages.protocol import Abort, Drain, Export, Release, StageRequest, decoder
 from workers.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
-_DECODERS = {"request": decoder(StageRequest), "abort": decoder(Abort), "drain": decoder(Drain)}
+_DECODERS = {
+    "request": decoder(StageRequest),
+    "abort": decoder(Abort),
+    "drain": decoder(Drain),
+    "export": decoder(Export),
+    "release": decoder(Release),
+}
 
 
 @dataclass
@@ -38,7 +44,7 @@ class BadEntry:
 @dataclass
 class InputEntry:
     entry_id: str
-    message: StageRequest | Abort | Drain | BadEntry
+    message: StageRequest | Abort | Drain | Export | Release | BadEntry
 
     @property
     def time_ms(self) -> int:

@@ -4,6 +4,8 @@ Two channels (names in `stages.streams`): the heartbeat key holds the latest
 `ReplicaStatus` as JSON and expires `ttl_s` after the last beat, so a host that dies
 vanishes on its own; every state change is also an event on the orchestrator inbox
 (`kind=replica_status`, msgpack), so the control plane reacts without polling.
+While it runs, the host is also listed in its deployment's replica index
+(`streams.deployment_replicas`), where the replicas upstream of it look for their readers.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class StatusReporter:
         *,
         queue_depth: Callable[[], int] = lambda: 0,
         running: Callable[[], int] = lambda: 0,
+        transfers: Callable[[], dict] = dict,
         interval_s: float | None = None,
         ttl_s: float | None = None,
     ):
@@ -75,6 +78,8 @@ class StatusReporter:
         self.key = streams.replica_heartbeat(spec.replica_id)
         self.queue_depth = queue_depth
         self.running = running
+        self.transfers = transfers
+        self.index = streams.deployment_replicas(spec.deployment_id)
         self.ttl_s = ttl_s if ttl_s is not None else heartbeat_ttl_s()
         self.status = ReplicaStatus(
             replica_id=spec.replica_id,
@@ -106,6 +111,7 @@ class StatusReporter:
         self.publish()
         self.heartbeat.start()
         self._beating = True
+        self._listed(True)
 
     def set_state(self, state: ReplicaState, *, progress: float | None = None, error: str | None = None) -> None:
         with self._lock:
@@ -136,10 +142,21 @@ class StatusReporter:
     def stop(self) -> None:
         """Stop beating. An ERROR status stays readable until its TTL runs out; any other is removed."""
         if self._beating:
+            self._listed(False)
             self.heartbeat.stop()  # deletes the key
             self._beating = False
         if self.status.state == "ERROR":
             self._beat_now()
+
+    def _listed(self, listed: bool) -> None:
+        replica_id = self.status.replica_id
+        try:
+            if listed:
+                self.client.hset(self.index, replica_id, self.status.stage)
+            else:
+                self.client.hdel(self.index, replica_id)
+        except redis.RedisError as failure:  # upstream replicas then use Redis for payloads: still correct
+            log.warning("replica %s: could not update the replica index: %s", replica_id, failure)
 
     def _beat_now(self) -> None:
         try:
@@ -155,5 +172,6 @@ class StatusReporter:
         with self._lock:
             self.status.queue_depth = depth
             self.status.running = self.running()
+            self.status.transfers = self.transfers()
             self.status.ts = time.time()
             return msgspec.to_builtins(self.status)

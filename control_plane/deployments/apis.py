@@ -46,6 +46,9 @@ class ReplicaOutput(serializers.Serializer):
     last_heartbeat = serializers.DateTimeField()
     restarts = serializers.IntegerField()
     last_error = serializers.CharField()
+    transfers = serializers.JSONField(
+        help_text="Connector totals its host reported (`shm.put`, `redis.get` …): count, bytes, seconds."
+    )
 
 
 class DeploymentOutput(serializers.Serializer):

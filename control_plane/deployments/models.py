@@ -83,6 +83,9 @@ class Replica(models.Model):
     restarts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     next_start_at = models.DateTimeField(null=True, blank=True)
+    transfers = models.JSONField(
+        default=dict, blank=True, help_text="Connector totals its host last reported: count, bytes, seconds."
+    )
 
     class Meta:
         ordering = ["deployment", "stage_id", "index"]

@@ -91,39 +91,40 @@ def _reconcile_deployment(deployment: Deployment, now: datetime, pools: dict) ->
     replicas = list(deployment.replicas.all())
     statuses = replica_statuses([str(r.id) for r in replicas])
     if deployment.desired_state == Deployment.Desired.STOPPED:
-        _stop_deployment(deployment, replicas, statuses)
+        _stop_deployment(deployment, replicas, statuses, now)
         return False
     if deployment.state == S.STOPPED:
-        transition(Deployment, deployment.pk, [S.STOPPED], S.PENDING, state_reason="restarting")
-        Replica.objects.filter(deployment=deployment, state=S.STOPPED).update(state=S.PENDING, next_start_at=None)
+        transition(Deployment, deployment.pk, [S.STOPPED], S.PENDING, at=now, state_reason="restarting")
+        for replica in replicas:
+            transition(Replica, replica.pk, [S.STOPPED], S.PENDING, at=now, next_start_at=None)
         return False
     for replica in replicas:
         _reconcile_replica(deployment, replica, statuses.get(str(replica.id)), now, pools)
-    return _update_deployment_state(deployment)
+    return _update_deployment_state(deployment, now)
 
 
 def _reconcile_replica(deployment, replica: Replica, status: ReplicaStatus | None, now, pools) -> None:
     state = replica.state
     if state == S.DRAINING:
         if status is None:
-            transition(Replica, replica.pk, [S.DRAINING], S.STOPPED)
+            transition(Replica, replica.pk, [S.DRAINING], S.STOPPED, at=now)
             if replica.index >= _desired_replicas(deployment, replica.stage):
                 replica.delete()
         elif status.state not in ("DRAINING", "STOPPED"):
             stop_replica(replica)
         return
     if state == S.STOPPED:
-        transition(Replica, replica.pk, [S.STOPPED], S.PENDING, next_start_at=None)
+        transition(Replica, replica.pk, [S.STOPPED], S.PENDING, at=now, next_start_at=None)
         return
     if state == S.ERROR:
         if replica.next_start_at is None or replica.next_start_at <= now:
-            transition(Replica, replica.pk, [S.ERROR], S.PENDING, state_reason="restarting after an error")
+            transition(Replica, replica.pk, [S.ERROR], S.PENDING, at=now, state_reason="restarting after an error")
         return
     if state == S.PENDING:
         if replica.next_start_at and replica.next_start_at > now:
             return
         reason = "" if pools.get(replica.pool) else f"waiting for a worker of pool {replica.pool!r} (none is live)"
-        if transition(Replica, replica.pk, [S.PENDING], S.SCHEDULED, state_reason=reason):
+        if transition(Replica, replica.pk, [S.PENDING], S.SCHEDULED, at=now, state_reason=reason):
             start_replica(replica)
         return
     if status is not None and status.state == "ERROR":
@@ -150,14 +151,14 @@ def _observe_scheduled(replica: Replica, status: ReplicaStatus | None, now, pool
             start_replica(replica)
         return
     target = S.LOADING if status.state == "LOADING" else S.WARMING
-    transition(Replica, replica.pk, [S.SCHEDULED], target, **_observed(status, now), state_reason="")
+    transition(Replica, replica.pk, [S.SCHEDULED], target, at=now, **_observed(status, now), state_reason="")
 
 
 def _observe_active(deployment, replica: Replica, status: ReplicaStatus, now) -> None:
     fields = _observed(status, now)
     if replica.state == S.LOADING and status.state == "READY":
         target = S.RUNNING if deployment.state == S.RUNNING else S.WARMING
-        transition(Replica, replica.pk, [S.LOADING], target, **fields)
+        transition(Replica, replica.pk, [S.LOADING], target, at=now, **fields)
         return
     Replica.objects.filter(pk=replica.pk, state=replica.state).update(**fields)
 
@@ -167,6 +168,7 @@ def _observed(status: ReplicaStatus, now) -> dict:
         "host": status.host,
         "progress": status.progress,
         "queue_depth": status.queue_depth,
+        "transfers": status.transfers,
         "last_heartbeat": now,
     }
 
@@ -179,6 +181,7 @@ def _fail(replica: Replica, error: str, now) -> None:
         replica.pk,
         [replica.state],
         S.ERROR,
+        at=now,
         restarts=restarts,
         last_error=error[:4000],
         state_reason=f"restarting in {delay:.0f} s",
@@ -194,22 +197,22 @@ def _desired_replicas(deployment: Deployment, stage: str) -> int:
     return load_deploy_config(deployment.deploy_config).for_stage(stage_config).replicas
 
 
-def _stop_deployment(deployment: Deployment, replicas: list[Replica], statuses: dict) -> None:
+def _stop_deployment(deployment: Deployment, replicas: list[Replica], statuses: dict, now: datetime) -> None:
     for replica in replicas:
         if replica.state == S.STOPPED:
             continue
         if replica.state != S.DRAINING:
-            if transition(Replica, replica.pk, [replica.state], S.DRAINING, state_reason="deployment stopping"):
+            if transition(Replica, replica.pk, [replica.state], S.DRAINING, at=now, state_reason="deployment stopping"):
                 stop_replica(replica)
         elif str(replica.id) not in statuses:
-            transition(Replica, replica.pk, [S.DRAINING], S.STOPPED, state_reason="")
+            transition(Replica, replica.pk, [S.DRAINING], S.STOPPED, at=now, state_reason="")
     all_stopped = not deployment.replicas.exclude(state=S.STOPPED).exists()
     target = S.STOPPED if all_stopped else S.DRAINING
     if deployment.state != target:
-        transition(Deployment, deployment.pk, [deployment.state], target, state_reason="stopped by request")
+        transition(Deployment, deployment.pk, [deployment.state], target, at=now, state_reason="stopped by request")
 
 
-def _update_deployment_state(deployment: Deployment) -> bool:
+def _update_deployment_state(deployment: Deployment, now: datetime) -> bool:
     """Derive the deployment's state from its replicas; True when it needs a warm-up request."""
     pipeline = pipeline_config_of(deployment.pipeline)
     replicas = list(deployment.replicas.exclude(state__in=[S.DRAINING, S.STOPPED]))
@@ -224,9 +227,11 @@ def _update_deployment_state(deployment: Deployment) -> bool:
             return False  # warm-up in flight; the driver ends it
         if current == S.ERROR and deployment.warmup_attempts:
             retry_at = deployment.state_changed_at + timedelta(seconds=backoff_s(deployment.warmup_attempts))
-            if timezone.now() < retry_at:
+            if now < retry_at:
                 return False
-        return transition(Deployment, deployment.pk, [current], S.WARMING, state_reason="warm-up request in flight")
+        return transition(
+            Deployment, deployment.pk, [current], S.WARMING, at=now, state_reason="warm-up request in flight"
+        )
     errors = [r for r in replicas if r.state == S.ERROR]
     if any(r.state == S.LOADING for r in replicas):
         target, reason = S.LOADING, "loading models"
@@ -236,15 +241,15 @@ def _update_deployment_state(deployment: Deployment) -> bool:
         reasons = sorted({r.state_reason for r in replicas if r.state_reason})
         target, reason = S.SCHEDULED, "; ".join(reasons)
     if current != target or deployment.state_reason != reason:
-        transition(Deployment, deployment.pk, [current], target, state_reason=reason)
+        transition(Deployment, deployment.pk, [current], target, at=now, state_reason=reason)
     return False
 
 
 def warmup_succeeded(deployment_id) -> None:
     if transition(Deployment, deployment_id, [S.WARMING], S.RUNNING, state_reason="", warmup_attempts=0):
-        Replica.objects.filter(deployment_id=deployment_id, state=S.WARMING).update(
-            state=S.RUNNING, state_changed_at=timezone.now()
-        )
+        warming = Replica.objects.filter(deployment_id=deployment_id, state=S.WARMING).values_list("pk", flat=True)
+        for replica_id in warming:
+            transition(Replica, replica_id, [S.WARMING], S.RUNNING)
 
 
 def warmup_failed(deployment_id, message: str) -> None:

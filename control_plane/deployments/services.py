@@ -8,6 +8,7 @@ from django.db import transaction
 
 from control_plane.deployments.heartbeats import live_devices
 from control_plane.deployments.models import Deployment, DeploymentState, Pipeline, Replica
+from control_plane.deployments.transitions import transition_from_current
 from stages.config import DeployConfig, PipelineConfig, StageDeployConfig, load_deploy_config, load_pipeline_config
 from stages.errors import ConfigError
 
@@ -96,10 +97,14 @@ def deployment_scale(*, deployment: Deployment, stage: str, replicas: int) -> De
     deployment.deploy_config = _builtins(deploy)
     deployment.save(update_fields=["deploy_config"])
     _ensure_replicas(deployment, stage, stage_config.id, deploy.for_stage(stage_config))
-    surplus = deployment.replicas.filter(stage=stage, index__gte=replicas).exclude(
-        state__in=[DeploymentState.DRAINING, DeploymentState.STOPPED]
-    )
-    surplus.update(state=DeploymentState.DRAINING, state_reason="scaled down")
+    for surplus in deployment.replicas.filter(stage=stage, index__gte=replicas).values_list("pk", flat=True):
+        transition_from_current(
+            Replica,
+            surplus,
+            DeploymentState.DRAINING,
+            unless=[DeploymentState.STOPPED],
+            state_reason="scaled down",
+        )
     return deployment
 
 

@@ -10,6 +10,7 @@ prometheus_client's exposition format at GET /metrics.
 - omnistage_queue_seconds{deployment, route}                        histogram
 
 Counters are written when a request's history row is closed (services.request_close).
+Connector transfers per replica come from the replica rows (control_plane.deployments.metrics).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from control_plane.deployments.metrics import ConnectorCollector
 from control_plane.redis_client import get_redis
 from stages import streams
 
@@ -116,6 +118,7 @@ def render() -> bytes:
     client = get_redis()
     try:
         registry.register(RedisCollector(client))
+        registry.register(ConnectorCollector())
         return generate_latest(registry)
     finally:
         client.close()

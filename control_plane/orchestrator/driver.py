@@ -36,6 +36,7 @@ from stages.orchestrator import (
     Complete,
     DeploymentDown,
     DeploymentUp,
+    Discard,
     Emit,
     Event,
     Fail,
@@ -49,7 +50,7 @@ from stages.orchestrator import (
     decode_state,
     encode_state,
 )
-from stages.protocol import Abort, StageOutput, encode
+from stages.protocol import Abort, Release, StageOutput, encode
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class RedisOrchestrator:
         self.versions: dict[str, int] = {}
         self.deployments: dict[str, str] = {}  # id -> name, those the core routes for
         self.replicas_up: set[str] = set()
-        self.warmups: dict[str, str] = {}  # warm-up request id -> deployment id
+        self.warmups: dict[str, str] = {}  # deployment id -> the warm-up request this leader sent last
         self._groups: set[str] = set()
         self._last_sync = self._last_tick = self._last_reconcile = self._last_claim = 0.0
 
@@ -296,18 +297,29 @@ class RedisOrchestrator:
             elif isinstance(action, SendAbort):
                 message = encode(Abort(request_id=action.request_id))
                 pipe.xadd(streams.replica_input(action.replica_id), {"kind": "abort", "data": message})
+            elif isinstance(action, Discard):
+                self._queue_releases(pipe, action)
             elif isinstance(action, Emit | Complete | Fail):
-                if action.request_id in self.warmups:
-                    self._warmup_result(action)
+                warming = wire.warmup_deployment_of(action.request_id)
+                if warming is not None:
+                    self._warmup_result(action, warming)
                     continue
                 key = streams.request_output(action.request_id)
                 pipe.xadd(key, wire.client_message(action))
                 pipe.expire(key, ttl)
 
-    def _warmup_result(self, action: Action) -> None:
+    def _queue_releases(self, pipe, action: Discard) -> None:
+        """Only a segment's writer can free it (it lives in its host's /dev/shm): tell each writer."""
+        keys_by_owner: dict[str, list[str]] = {}
+        for payload in action.payloads:
+            if payload.owner:
+                keys_by_owner.setdefault(payload.owner, []).append(payload.key)
+        for owner, keys in keys_by_owner.items():
+            pipe.xadd(streams.replica_input(owner), {"kind": "release", "data": encode(Release(keys=keys))})
+
+    def _warmup_result(self, action: Action, deployment_id: str) -> None:
         if isinstance(action, Emit):
             return
-        deployment_id = self.warmups.pop(action.request_id)
         if isinstance(action, Complete):
             log.info("deployment %s warmed up", self.deployments.get(deployment_id, deployment_id))
             warmup_succeeded(deployment_id)
@@ -379,13 +391,19 @@ class RedisOrchestrator:
     def reconcile(self) -> None:
         close_old_connections()
         result = reconcile()
-        in_flight = set(self.warmups.values())
-        for deployment in result.warmups:
-            deployment_id = str(deployment.id)
-            if deployment_id in in_flight:
+        warming = {str(deployment.id): deployment for deployment in result.warmups}
+        self.warmups = {d: r for d, r in self.warmups.items() if d in warming}
+        for deployment_id, deployment in warming.items():
+            if self._warmup_in_flight(deployment_id):
                 continue
             self.sync_deployments()
             self.sync_replicas()
-            request_id = f"warmup-{deployment.name}-{uuid.uuid4().hex[:8]}"
-            self.warmups[request_id] = deployment_id
+            request_id = wire.warmup_request_id(deployment_id)
+            self.warmups[deployment_id] = request_id
             self.handle(wire.warmup_submit(deployment_id, request_id, deployment.pipeline.config), request_id)
+
+    def _warmup_in_flight(self, deployment_id: str) -> bool:
+        """Whether the warm-up this leader sent is still running (its state is in Redis until it
+        ends, on whichever orchestrator)."""
+        request_id = self.warmups.get(deployment_id)
+        return request_id is not None and bool(self.redis.exists(streams.request_state(request_id)))

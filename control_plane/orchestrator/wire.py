@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import msgspec
 
@@ -11,6 +12,7 @@ from stages.protocol import SamplingParams, StageError, StageOutput, StageReques
 
 ClientEvent = Submit | Cancel | InputChunk
 WARMUP_STAGE_TOKENS = 16
+WARMUP_PREFIX = "warmup-"
 _event_encoder = msgspec.msgpack.Encoder()
 _event_decoder = msgspec.msgpack.Decoder(ClientEvent)
 _output_decoder = msgspec.msgpack.Decoder(StageOutput)
@@ -78,3 +80,20 @@ def warmup_submit(deployment_id: str, request_id: str, pipeline: dict | None = N
         arrival_time=time.time(),
     )
     return Submit(deployment_id=deployment_id, request=request, sampling=sampling, at=time.time())
+
+
+def warmup_request_id(deployment_id: str) -> str:
+    """A warm-up's request id names its deployment, so whichever orchestrator sees it end can
+    record the result (with two orchestrators, either may handle the last output)."""
+    return f"{WARMUP_PREFIX}{deployment_id}-{uuid.uuid4().hex[:8]}"
+
+
+def warmup_deployment_of(request_id: str) -> str | None:
+    """The deployment id a warm-up request id names; None for any other request."""
+    if not request_id.startswith(WARMUP_PREFIX):
+        return None
+    deployment_id = request_id.removeprefix(WARMUP_PREFIX).rpartition("-")[0]
+    try:
+        return str(uuid.UUID(deployment_id))
+    except ValueError:
+        return None

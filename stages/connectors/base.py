@@ -6,6 +6,10 @@ from abc import ABC, abstractmethod
 
 from stages.protocol import Payload, Tensor
 
+PAYLOAD_TTL_S = 300.0
+"""How long a payload nobody collected lives (Redis keys expire; shared memory is swept):
+as long as a request may run by default (`DeployConfig.request_timeout_s`)."""
+
 
 class Connector(ABC):
     """Moves one payload between stages. Routing is not its business: only bytes."""

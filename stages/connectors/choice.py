@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 INLINE_MAX_BYTES = 64 * 1024
 
 
@@ -17,3 +19,10 @@ def choose_connector(
     if nbytes <= inline_max_bytes:
         return "inline"
     return "shm" if same_host else "redis"
+
+
+def reader_is_local(reader_hosts: Iterable[str], here: str) -> bool:
+    """Whether a payload's reader runs on this host: the stage that reads it has live
+    replicas, and every one of them runs here (any of them may be chosen to read it)."""
+    hosts = set(reader_hosts)
+    return bool(here) and hosts == {here}

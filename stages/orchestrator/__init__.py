@@ -12,7 +12,8 @@ Driving the core (what `inprocess.py` does, and what a Redis-stream driver does)
   (with the replica id it came from), and a `Tick` every ~100 ms. Stamp every event's `at`
   with one clock; a platform driver whose state outlives the process uses wall time.
 - Carry out the actions in order: `SendToReplica` (seq 0 -> `engine.add_request`, later
-  seqs -> `add_chunk`), `SendAbort`, `Emit` to the client, `Complete` / `Fail` to end.
+  seqs -> `add_chunk`), `SendAbort`, `Emit` to the client, `Complete` / `Fail` to end,
+  `Discard` (free shared-memory payloads nobody will read: ask their writers).
   Ids on the wire may carry an attempt suffix after a re-route (`parse_wire_id`).
 - Persist: after handling a batch, `take_changes()` says which request states changed
   (store `encode_state(core.requests[id])`) and which ended (delete them). A restarted
@@ -21,7 +22,16 @@ Driving the core (what `inprocess.py` does, and what a Redis-stream driver does)
   by (request, stage, seq), a repeated Submit of a live or recently ended request is ignored.
 """
 
-from stages.orchestrator.actions import Action, Complete, Emit, Fail, RequestSummary, SendAbort, SendToReplica
+from stages.orchestrator.actions import (
+    Action,
+    Complete,
+    Discard,
+    Emit,
+    Fail,
+    RequestSummary,
+    SendAbort,
+    SendToReplica,
+)
 from stages.orchestrator.core import Orchestrator
 from stages.orchestrator.events import (
     Cancel,
@@ -43,6 +53,7 @@ __all__ = [
     "Complete",
     "DeploymentDown",
     "DeploymentUp",
+    "Discard",
     "Emit",
     "Event",
     "Fail",

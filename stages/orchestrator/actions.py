@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from stages.protocol import StageError, StageOutput, StageRequest
+from stages.protocol import PayloadRef, StageError, StageOutput, StageRequest
 
 
 class RequestSummary(msgspec.Struct, kw_only=True):
@@ -58,4 +58,11 @@ class Fail(Action, kw_only=True):
     summary: RequestSummary
 
 
-AnyAction = SendToReplica | SendAbort | Emit | Complete | Fail
+class Discard(Action, kw_only=True):
+    """Shared-memory payloads no stage will read (their request ended, or its attempt was
+    abandoned, before they were delivered): ask each one's writer (`owner`) to free it."""
+
+    payloads: list[PayloadRef]
+
+
+AnyAction = SendToReplica | SendAbort | Emit | Complete | Fail | Discard

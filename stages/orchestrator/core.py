@@ -25,6 +25,7 @@ import msgspec
 
 from stages.config import DeployConfig, PipelineConfig, StageConfig
 from stages.orchestrator.actions import Action, Complete, Emit, Fail, RequestSummary, SendAbort, SendToReplica
+from stages.orchestrator.discards import discard, output_handles, undelivered_handles
 from stages.orchestrator.events import (
     Cancel,
     DeploymentDown,
@@ -275,7 +276,7 @@ class Orchestrator:
         request_id, attempt = parse_wire_id(output.request_id)
         state = self.requests.get(request_id)
         if state is None or attempt != state.attempt or output.stage_id not in state.stages:
-            return []  # late output of an ended request or of an abandoned attempt
+            return discard(output_handles(output))  # late output of an ended request or an abandoned attempt
         progress = state.stages[output.stage_id]
         if event.replica_id is not None and progress.replica_id not in (None, event.replica_id):
             return []
@@ -397,13 +398,13 @@ class Orchestrator:
     # ------------------------------------------------------- endings and control
 
     def _complete(self, state: RequestState, at: float) -> list[Action]:
-        actions: list[Action] = self._abort_running(state)
+        actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))
         actions.append(Complete(request_id=state.request_id, summary=summarize(state, at)))
         self._end(state)
         return actions
 
     def _fail(self, state: RequestState, error: StageError, at: float) -> list[Action]:
-        actions: list[Action] = self._abort_running(state)
+        actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))
         state.finish_reason = (
             "abort" if error.type == "cancelled" else "timeout" if error.type == "timeout_error" else "error"
         )
@@ -428,7 +429,7 @@ class Orchestrator:
             self._finished.popitem(last=False)
 
     def _reroute(self, state: RequestState, at: float) -> list[Action]:
-        actions: list[Action] = self._abort_running(state)
+        actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))
         state.attempt += 1
         state.stages = {stage_id: StageProgress(name=progress.name) for stage_id, progress in state.stages.items()}
         state.first_text_at = state.last_text_at = state.first_audio_at = None

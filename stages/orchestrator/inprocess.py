@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from stages.config import DeployConfig, PipelineConfig
+from stages.connectors.shared_memory import SharedMemoryConnector
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest
-from stages.orchestrator.actions import Action, Complete, Emit, Fail, SendAbort, SendToReplica
+from stages.orchestrator.actions import Action, Complete, Discard, Emit, Fail, SendAbort, SendToReplica
 from stages.orchestrator.core import Orchestrator
 from stages.orchestrator.events import Cancel, DeploymentUp, Event, ReplicaUp, StageOutputEvent, Submit, Tick
 from stages.orchestrator.replica_thread import ReplicaThread
@@ -144,6 +145,9 @@ class InProcessDriver:
     def _perform(self, action: Action) -> None:
         if isinstance(action, SendToReplica | SendAbort):
             self.replicas[action.replica_id].inbox.put(action)
+        elif isinstance(action, Discard):
+            for payload in action.payloads:  # engines here hand tensors over by value: rarely any
+                SharedMemoryConnector().delete(payload)
         else:
             stream = self.streams.get(action.request_id)
             if stream is not None:

@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+from reconciler_testing import Lifecycle
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -21,6 +22,14 @@ def pipeline_definitions():
 @pytest.fixture
 def pipelines(transactional_db, pipeline_definitions):
     pipeline_sync(pipeline_definitions)
+
+
+@pytest.fixture
+def lifecycle(pipelines):
+    """Deployments for driving the reconciler in-process (see reconciler_testing)."""
+    helper = Lifecycle()
+    yield helper
+    helper.close()
 
 
 @pytest.fixture
@@ -57,8 +66,9 @@ class Stack:
              "--without-mingle", "--without-gossip", "-l", "WARNING"],
         )  # fmt: skip
 
-    def start_orchestrator(self) -> None:
-        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
+    def start_orchestrator(self, name: str = "orchestrator") -> Proc:
+        self.procs[name] = self._proc(name, [PYTHON, "manage.py", "orchestrator"])
+        return self.procs[name]
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
         return httpx.request(method, f"{self.base}{path}", headers=self.headers, timeout=30, **kwargs)

@@ -12,32 +12,13 @@ import pytest
 import redis
 import redis.asyncio
 from procs import wait_for
+from runtime_serving import collect, request, text_of
 
 from control_plane.orchestrator.serving import ServingUnavailable, serve
 from stages import streams
 from stages.protocol import SamplingParams, StageRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def request(text: str, **params) -> StageRequest:
-    return StageRequest(request_id=f"req-{uuid.uuid4().hex[:10]}", prompt=text, params=params, arrival_time=time.time())
-
-
-async def collect(stack, deployment_id: str, stage_request: StageRequest, timeout: float = 60.0, **kwargs):
-    client = redis.asyncio.Redis.from_url(stack.redis.url)
-    messages = []
-    try:
-        async with asyncio.timeout(timeout):
-            async for message in serve(deployment_id, stage_request, client=client, **kwargs):
-                messages.append(message)
-    finally:
-        await client.aclose()
-    return messages
-
-
-def text_of(messages) -> str:
-    return "".join(m.output.text for m in messages if m.output is not None)
 
 
 def test_a_deployment_created_through_rest_serves_streamed_requests(stack):

@@ -1,0 +1,32 @@
+"""Sending requests to a live test platform through the serving path and reading them back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import redis.asyncio
+
+from control_plane.orchestrator.serving import serve
+from stages.protocol import StageRequest
+
+
+def request(text: str, **params) -> StageRequest:
+    return StageRequest(request_id=f"req-{uuid.uuid4().hex[:10]}", prompt=text, params=params, arrival_time=time.time())
+
+
+async def collect(stack, deployment_id: str, stage_request: StageRequest, timeout: float = 60.0, **kwargs):
+    client = redis.asyncio.Redis.from_url(stack.redis.url)
+    messages = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in serve(deployment_id, stage_request, client=client, **kwargs):
+                messages.append(message)
+    finally:
+        await client.aclose()
+    return messages
+
+
+def text_of(messages) -> str:
+    return "".join(m.output.text for m in messages if m.output is not None)
