@@ -55,6 +55,13 @@ def register() -> None:
     AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
 
 
+def use_paged_attention(text_model: torch.nn.Module) -> None:
+    """Give one already-built module (the autoregressive text part of a larger model) the paged
+    attention; its siblings (audio and vision encoders) keep their own attention and masks."""
+    register()
+    text_model.config._attn_implementation = ATTENTION_NAME
+
+
 def paged_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from stages.ar.attention import use_paged_attention
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
 from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
@@ -50,10 +51,7 @@ class ThinkerAdapter:
     always_embed = False
 
     def __init__(self, thinker, *, deepstack: bool = False):
-        from stages.ar.attention import ATTENTION_NAME, register
-
-        register()
-        thinker.model.config._attn_implementation = ATTENTION_NAME  # the text part only
+        use_paged_attention(thinker.model)
         self.model = thinker
         self.text_config = thinker.config.get_text_config()
         self.deepstack = deepstack

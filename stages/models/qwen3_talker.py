@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from stages.ar.attention import use_paged_attention
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
 from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
@@ -46,10 +47,7 @@ class TalkerAdapter:
     supports_cuda_graphs = False
 
     def __init__(self, talker):
-        from stages.ar.attention import ATTENTION_NAME, register
-
-        register()
-        talker.model.config._attn_implementation = ATTENTION_NAME
+        use_paged_attention(talker.model)
         self.model = talker
         self.text_config = talker.config.text_config
         self.embeds_width = self.text_config.hidden_size
