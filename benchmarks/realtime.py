@@ -1,18 +1,34 @@
 """Realtime voice sessions over /v1/realtime: N concurrent sessions (1, 4, 16 by default),
-each speaking 5 turns in real time under server VAD.
+each speaking 5 turns in real time under server VAD, against each target deployment.
 
-    .venv/bin/python benchmarks/realtime.py [--sessions 1 4 16] [--turns 5]
-        [--pipeline echo-voice --model-dir -]            # or: --pipeline qwen2_5_omni --model-dir var/models/qwen2_5_omni
+    .venv/bin/python benchmarks/realtime.py [--targets echo-voice tiny-omni] [--sessions 1 4 16] [--turns 5]
+        [--threads 1]
+
+Targets:
+- `echo-voice`: the echo stage streaming into a tone "voice" (no model: what the platform
+  and the protocol cost);
+- `tiny-omni`: the tiny Qwen2.5-Omni (thinker -> talker -> code2wav, random weights, built
+  with `stages.tiny` unless `--omni-model-dir` names one), replies kept short by the
+  deployment's per-stage sampling (thinker max_tokens 8, talker max_tokens 40 codes).
+
+`--threads` (default 1) sets OMP_NUM_THREADS for the platform's processes, the replica hosts
+included: each replica host otherwise takes torch's default of one thread per core, and the
+omni deployment's three replica processes then oversubscribe a small machine (on 2 cores,
+the tiny omni's TTFP through serve() was 4.5x longer with `--threads 0`).
 
 Starts its own redis-server, Celery worker, orchestrator and daphne on a scratch SQLite
-database. Per turn it measures, at the client:
-- first audio after end of speech: from the last speech sample sent (audio is streamed at
-  1x real time, then silence) to the first `response.output_audio.delta`; this includes
-  the VAD's silence window (`--silence-ms`), printed alongside;
-- first audio after speech_stopped: from the server's `speech_stopped` to the first delta;
-- RTF: response.created -> response.done time over the seconds of audio received.
+database. Speech is espeak-ng's "hello, how are you" trimmed to its voiced samples,
+streamed in 100 ms appends at 1x real time, then silence until the answer is done.
+Per turn, at the client:
+- after end of speech: from sending the append that carries the turn's last speech sample
+  to the first `response.output_audio.delta`. It includes the server VAD's silence window
+  (`--silence-ms`) that must pass before a turn ends;
+- after speech_stopped: from receiving the server's `input_audio_buffer.speech_stopped` to
+  the first `response.output_audio.delta`;
+- RTF: response.created -> response.done, over the seconds of audio received.
+"Held" counts the sessions that did every turn with no `error` event and no failure.
 The baseline, measured in the same run: `serve()` straight to the orchestrator with the
-same prompt, time to the first audio chunk (TTFP), one request at a time and N at once.
+same prompt and sampling, time to the first audio chunk (TTFP), N requests at once.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ import tempfile
 import time
 import uuid
 import wave
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +54,32 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 CHUNK_MS = 100
 RATE = 24000
+ANSWER_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Target:
+    pipeline: str
+    deploy_config: dict
+    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs
+
+
+TARGETS = {
+    "echo-voice": Target("echo-voice", {}),
+    "tiny-omni": Target(
+        "qwen2_5_omni",
+        {"stages": {"thinker": {"sampling": {"max_tokens": 8}}, "talker": {"sampling": {"max_tokens": 40}}}},
+        checkpoint="qwen2_5_omni",
+    ),
+}
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+# ---------------------------------------------------------------------- set-up
 
 
 def speech_samples(scratch: Path) -> np.ndarray:
@@ -61,7 +99,36 @@ def speech_samples(scratch: Path) -> np.ndarray:
     return (0.3 * np.sign(np.sin(2 * np.pi * 140 * t))).astype(np.float32)
 
 
-def start_platform(var_dir: Path, pipeline: str, model_dir: str):
+def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None) -> str:
+    if target.checkpoint is None:
+        return "-"
+    if omni_model_dir:
+        return omni_model_dir
+    models = scratch / "models"
+    subprocess.run([sys.executable, "-m", "stages.tiny", str(models), "--only", target.checkpoint], cwd=REPO,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    return str(models / target.checkpoint)
+
+
+@dataclass
+class Platform:
+    redis_server: object
+    procs: list
+    base: str
+    secret: str
+    logs: Path
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+        self.redis_server.stop()
+
+    def web_traceback(self) -> str:
+        log = (self.logs / "web.log").read_text()
+        return log[log.find("Traceback") :][:9000] if "Traceback" in log else "no traceback in the web log"
+
+
+def start_platform(var_dir: Path, threads: int) -> Platform:
     from procs import PYTHON, Proc, RedisServer, free_port, wait_for
 
     redis_server = RedisServer(var_dir / "redis").start()
@@ -75,6 +142,8 @@ def start_platform(var_dir: Path, pipeline: str, model_dir: str):
         "DJANGO_SETTINGS_MODULE": "control_plane.settings",
     }
     env.pop("DATABASE_URL", None)
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))  # inherited by the replica hosts
     os.environ.update({k: env[k] for k in ("OMNISTAGE_VAR_DIR", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})
     os.environ.pop("DATABASE_URL", None)
     import django
@@ -96,214 +165,285 @@ def start_platform(var_dir: Path, pipeline: str, model_dir: str):
         Proc([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "control_plane.asgi:application"], env,
              logs / "web.log"),
     ]  # fmt: skip
+    user = get_user_model().objects.create_user("bench", password="x")
+    _, secret = api_key_create(user=user, name="bench", scopes=["inference"])
+    import httpx
+
+    wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200, timeout=60, what="web up")
+    return Platform(redis_server, procs, f"ws://127.0.0.1:{port}", secret, logs)
+
+
+def deploy(name: str, target: Target, model_dir: str):
+    from procs import wait_for
+
     from control_plane.deployments.models import Deployment, Pipeline
     from control_plane.deployments.services import deployment_create
 
-    user = get_user_model().objects.create_user("bench", password="x")
-    _, secret = api_key_create(user=user, name="bench", scopes=["inference"])
     deployment = deployment_create(
-        name="bench-voice", pipeline=Pipeline.objects.get(name=pipeline), model_dir=model_dir,
-        deploy_config={"max_queue": 4096},
+        name=name, pipeline=Pipeline.objects.get(name=target.pipeline), model_dir=model_dir,
+        deploy_config={**target.deploy_config, "max_queue": 4096},
     )  # fmt: skip
-    wait_for(
-        lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=600, what="deployment RUNNING"
-    )
-    import httpx
-
-    base = f"ws://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200, timeout=60, what="web up")
-    return redis_server, procs, deployment, base, secret
+    wait_for(lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=900, what=f"{name} RUNNING")
+    return Deployment.objects.select_related("pipeline").get(pk=deployment.pk)
 
 
 # ---------------------------------------------------------------------- baseline
 
 
-async def baseline(deployment, redis_url: str, messages: list[dict], concurrent: int, max_tokens) -> list[float]:
-    """Time to the first audio chunk through serve(), the path under the realtime API."""
+def prompt_of(speech: np.ndarray, family: str) -> list[dict]:
+    from control_plane.realtime.conversation import Item, Part, prompt_messages
+    from control_plane.realtime.resampling import resample
+
+    item = Item(id="bench", role="user", parts=[Part(type="input_audio", samples=resample(speech, RATE, 16000))])
+    return prompt_messages([item], "", family)
+
+
+async def baseline(deployment, redis_url: str, messages: list[dict], concurrent: int) -> list[float]:
+    """Time to the first audio chunk through serve(), the path under the realtime API, with the
+    sampling a realtime response of a default session gives each stage."""
     import redis.asyncio
 
     from control_plane.orchestrator.serving import serve
-    from stages.config import load_pipeline_config
-    from stages.protocol import SamplingParams, StageRequest
+    from control_plane.realtime.sampling import entry_sampling, later_sampling
+    from stages.config import load_deploy_config, load_pipeline_config
+    from stages.protocol import StageRequest
 
-    client = redis.asyncio.Redis.from_url(redis_url, max_connections=concurrent + 16)
     pipeline = load_pipeline_config(deployment.pipeline.config)
-    later = {  # as the realtime API bounds the later AR stages (the talker)
-        stage.name: SamplingParams(**{**stage.default_sampling, "max_tokens": max_tokens})
-        for stage in pipeline.stages
-        if stage.kind == "ar" and stage.id != pipeline.entry_stage.id
-    }
+    deploy_config = load_deploy_config(deployment.deploy_config, pipeline)
+    client = redis.asyncio.Redis.from_url(redis_url, max_connections=concurrent + 16)
 
     async def one() -> float:
-        sampling = SamplingParams(**{**pipeline.entry_stage.default_sampling, "max_tokens": max_tokens})
+        sampling = entry_sampling(pipeline, deploy_config, "inf", None)
         request = StageRequest(request_id=uuid.uuid4().hex, messages=messages, sampling=sampling)
         started, first = time.perf_counter(), None
-        async for message in serve(str(deployment.id), request, later, client=client):
+        async for message in serve(str(deployment.id), request, later_sampling(pipeline, deploy_config, "inf"),
+                                   client=client):  # fmt: skip
             if message.kind == "output" and "audio" in message.output.payloads and first is None:
                 first = time.perf_counter() - started
             if message.kind == "fail":
                 raise RuntimeError(message.error.message)
         return first if first is not None else float("nan")
 
-    times = await asyncio.gather(*(one() for _ in range(concurrent)))
-    await client.aclose()
-    return list(times)
+    try:
+        return list(await asyncio.gather(*(one() for _ in range(concurrent))))
+    finally:
+        await client.aclose()
 
 
 # ---------------------------------------------------------------------- sessions
 
 
-class TurnTimes:
-    def __init__(self):
-        self.after_speech: list[float] = []
-        self.after_stop: list[float] = []
-        self.rtf: list[float] = []
+@dataclass
+class Turn:
+    """Client-side clock readings (perf_counter) of one turn."""
+
+    end_of_speech: float | None = None
+    speech_stopped: float | None = None
+    created: float | None = None
+    first_audio: float | None = None
+    done: float | None = None
+    audio_bytes: int = 0
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-async def session(
-    base: str, secret: str, speech: np.ndarray, turns: int, silence_ms: int, max_tokens, times: TurnTimes
-) -> bool:
-    """One session speaking `turns` turns in real time; True when it ran without an error event."""
+@dataclass
+class Figures:
+    after_speech: list[float] = field(default_factory=list)
+    after_stop: list[float] = field(default_factory=list)
+    first_turn_after_stop: list[float] = field(default_factory=list)  # one user clip in the prompt, as the baseline
+    rtf: list[float] = field(default_factory=list)
+
+    def add(self, turn: Turn, index: int) -> None:
+        self.after_speech.append(turn.first_audio - turn.end_of_speech)
+        if turn.speech_stopped is not None:
+            self.after_stop.append(turn.first_audio - turn.speech_stopped)
+            if index == 0:
+                self.first_turn_after_stop.append(turn.first_audio - turn.speech_stopped)
+        audio_s = turn.audio_bytes / 2 / RATE
+        if audio_s > 0 and turn.created is not None:
+            self.rtf.append((turn.done - turn.created) / audio_s)
+
+
+def pcm16(samples: np.ndarray) -> str:
+    return base64.b64encode((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()).decode()
+
+
+def append_event(samples: np.ndarray) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(samples)})
+
+
+class Session:
+    def __init__(self, ws, silence_ms: int):
+        self.ws = ws
+        self.silence_ms = silence_ms
+        self.turn = Turn()
+        self.errors = 0
+
+    async def configure(self) -> None:
+        detection = {"type": "server_vad", "silence_duration_ms": self.silence_ms, "prefix_padding_ms": 200}
+        await self.ws.send(json.dumps({"type": "session.update",
+                                       "session": {"audio": {"input": {"turn_detection": detection}}}}))  # fmt: skip
+
+    async def read(self) -> None:
+        async for raw in self.ws:
+            self.on_event(json.loads(raw), time.perf_counter())
+
+    def on_event(self, event: dict, now: float) -> None:
+        kind, turn = event["type"], self.turn
+        if kind == "error":
+            self.errors += 1
+            print("error event:", event["error"], file=sys.stderr)
+        elif kind == "input_audio_buffer.speech_stopped":
+            turn.speech_stopped = now
+        elif kind == "response.created":
+            turn.created = now
+        elif kind == "response.output_audio.delta":
+            turn.first_audio = turn.first_audio or now
+            turn.audio_bytes += len(event["delta"]) * 3 // 4
+        elif kind == "response.done":
+            turn.done = now
+            if event["response"]["status"] != "completed":
+                self.errors += 1
+                print("response ended", event["response"]["status"], event["response"]["status_details"],
+                      file=sys.stderr)  # fmt: skip
+            turn.answered.set()
+
+    async def speak(self, speech: np.ndarray) -> Turn:
+        """One turn at 1x real time: the speech, then silence until the answer is done."""
+        self.turn = turn = Turn()
+        chunk = RATE * CHUNK_MS // 1000
+        clock = time.perf_counter()
+        for start in range(0, speech.size, chunk):
+            await self.ws.send(append_event(speech[start : start + chunk]))
+            turn.end_of_speech = time.perf_counter()  # the last one sent carries the turn's last sample
+            clock += CHUNK_MS / 1000
+            await asyncio.sleep(max(0.0, clock - time.perf_counter()))
+        quiet = append_event(np.zeros(chunk, dtype=np.float32))
+        deadline = time.perf_counter() + ANSWER_TIMEOUT_S
+        while not turn.answered.is_set() and time.perf_counter() < deadline:
+            await self.ws.send(quiet)
+            clock += CHUNK_MS / 1000
+            await asyncio.sleep(max(0.0, clock - time.perf_counter()))
+        return turn
+
+
+async def one_session(base: str, secret: str, model: str, speech, turns: int, silence_ms: int, figures: Figures):
+    """True when the session did every turn without an error."""
     from websockets.asyncio.client import connect
 
-    chunk = RATE * CHUNK_MS // 1000
-    quiet = np.zeros(chunk, dtype=np.float32)
-
-    def b64(samples: np.ndarray) -> str:
-        return base64.b64encode((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()).decode()
-
     headers = {"Authorization": f"Bearer {secret}"}
-    async with connect(f"{base}/v1/realtime?model=bench-voice", additional_headers=headers, max_size=None) as ws:
-        detection = {"type": "server_vad", "silence_duration_ms": silence_ms, "prefix_padding_ms": 200}
-        await ws.send(
-            json.dumps({"type": "session.update", "session": {"audio": {"input": {"turn_detection": detection}}}})
-        )
-        errors = 0
-        state = {"stopped": None, "first": None, "created": None, "done": None, "audio_bytes": 0}
-
-        async def reader():
-            nonlocal errors
-            async for raw in ws:
-                event = json.loads(raw)
-                kind, now = event["type"], time.perf_counter()
-                if kind == "error":
-                    errors += 1
-                    print("error event:", event["error"], file=sys.stderr)
-                elif kind == "input_audio_buffer.speech_stopped":
-                    state["stopped"] = now
-                elif kind == "response.created":
-                    state["created"] = now
-                elif kind == "response.output_audio.delta":
-                    state["first"] = state["first"] or now
-                    state["audio_bytes"] += len(event["delta"]) * 3 // 4
-                elif kind == "response.done":
-                    state["done"] = now
-
-        reading = asyncio.create_task(reader())
+    async with connect(f"{base}/v1/realtime?model={model}", additional_headers=headers, max_size=None) as ws:
+        session = Session(ws, silence_ms)
+        await session.configure()
+        reading = asyncio.create_task(session.read())
         try:
-            for _ in range(turns):
-                for key in state:
-                    state[key] = 0 if key == "audio_bytes" else None
-                clock = time.perf_counter()
-                for start in range(0, speech.size, chunk):  # speak at 1x real time
-                    await ws.send(
-                        json.dumps({"type": "input_audio_buffer.append", "audio": b64(speech[start : start + chunk])})
-                    )
-                    clock += CHUNK_MS / 1000
-                    await asyncio.sleep(max(0.0, clock - time.perf_counter()))
-                end_of_speech = time.perf_counter()
-                deadline = end_of_speech + 120
-                while state["done"] is None and time.perf_counter() < deadline:  # then silence, until answered
-                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": b64(quiet)}))
-                    clock += CHUNK_MS / 1000
-                    await asyncio.sleep(max(0.0, clock - time.perf_counter()))
-                if state["first"] is None or state["done"] is None:
-                    errors += 1
-                    print(f"a turn got no answer within 120 s: {state}", file=sys.stderr)
+            for index in range(turns):
+                turn = await session.speak(speech)
+                if turn.first_audio is None or turn.done is None:
+                    session.errors += 1
+                    print(f"a turn got no audio answer within {ANSWER_TIMEOUT_S} s", file=sys.stderr)
                     continue
-                times.after_speech.append(state["first"] - end_of_speech)
-                if state["stopped"] is not None:
-                    times.after_stop.append(state["first"] - state["stopped"])
-                audio_s = state["audio_bytes"] / 2 / RATE
-                if audio_s > 0 and state["created"] is not None:
-                    times.rtf.append((state["done"] - state["created"]) / audio_s)
+                figures.add(turn, index)
         finally:
             reading.cancel()
-    return errors == 0
+    return session.errors == 0
 
 
-async def sessions(base: str, secret: str, speech, count: int, turns: int, silence_ms: int, max_tokens):
-    times = TurnTimes()
+async def concurrent_sessions(base, secret, model, speech, count: int, turns: int, silence_ms: int):
+    figures = Figures()
     started = time.perf_counter()
     results = await asyncio.gather(
-        *(session(base, secret, speech, turns, silence_ms, max_tokens, times) for _ in range(count)),
+        *(one_session(base, secret, model, speech, turns, silence_ms, figures) for _ in range(count)),
         return_exceptions=True,
     )
-    wall = time.perf_counter() - started
-    held = sum(1 for result in results if result is True)
     for result in results:
         if isinstance(result, BaseException):
             print(f"a session failed: {type(result).__name__}: {result}", file=sys.stderr)
-    return times, held, wall
+    return figures, sum(1 for result in results if result is True), time.perf_counter() - started
+
+
+# ---------------------------------------------------------------------- report
+
+
+@dataclass
+class Row:
+    target: str
+    sessions: int
+    baseline: list[float]
+    figures: Figures
+    held: int
+    wall_s: float
 
 
 def ms(value: float) -> str:
-    return f"{value * 1000:8.1f}"
+    return f"{value * 1000:7.0f}"
+
+
+def report(rows: list[Row], speech: np.ndarray, args) -> None:
+    turns, silence_ms = args.turns, args.silence_ms
+    threads = f"{args.threads} torch thread(s) per process" if args.threads else "torch's default threads"
+    print(f"\n{turns} turns per session; {threads}; speech {speech.size / RATE:.2f} s streamed at 1x in {CHUNK_MS} ms appends; "
+          f"server VAD silence window {silence_ms} ms")  # fmt: skip
+    print("first audio delta after: (A) the append carrying the last speech sample was sent; "
+          "(B) the server's speech_stopped was received")  # fmt: skip
+    print("(B) of turn 1 against serve()'s TTFP: both prompts hold one user clip; later turns carry the history")
+    print("target      sessions | (A) p50 / p95 ms  | (B) p50 / p95 ms  | (B) turn 1 p50 ms | serve() TTFP p50 ms "
+          "| ratio | RTF p50 | held  | wall s")  # fmt: skip
+    for row in rows:
+        f = row.figures
+        base_p50, first_p50 = percentile(row.baseline, 0.5), percentile(f.first_turn_after_stop, 0.5)
+        print(f"{row.target:11s} {row.sessions:8d} | {ms(percentile(f.after_speech, 0.5))} / "
+              f"{ms(percentile(f.after_speech, 0.95))} | {ms(percentile(f.after_stop, 0.5))} / "
+              f"{ms(percentile(f.after_stop, 0.95))} | {ms(first_p50):>17s} | {ms(base_p50):>19s} | "
+              f"{first_p50 / base_p50:4.2f}x | {percentile(f.rtf, 0.5):7.2f} | {row.held:2d}/{row.sessions:<2d} | "
+              f"{row.wall_s:6.1f}")  # fmt: skip
+
+
+def measure(platform: Platform, name: str, deployment, speech, args) -> list[Row]:
+    messages = prompt_of(speech, deployment.pipeline.config["family"])
+    redis_url = platform.redis_server.url
+    asyncio.run(baseline(deployment, redis_url, messages, 2))  # warm up
+    rows = []
+    for count in args.sessions:
+        base_times = asyncio.run(baseline(deployment, redis_url, messages, count))
+        figures, held, wall = asyncio.run(
+            concurrent_sessions(platform.base, platform.secret, name, speech, count, args.turns, args.silence_ms)
+        )
+        rows.append(Row(name, count, base_times, figures, held, wall))
+        print(f"{name}: {count} sessions done in {wall:.1f} s, {held}/{count} held", file=sys.stderr)
+        if held < count:
+            print(platform.web_traceback(), file=sys.stderr)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--targets", nargs="+", choices=sorted(TARGETS), default=["echo-voice", "tiny-omni"])
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--silence-ms", type=int, default=300)
-    parser.add_argument("--pipeline", default="echo-voice")
-    parser.add_argument("--model-dir", default="-")
-    parser.add_argument("--max-output-tokens", default="inf", help="per response; bounds every AR stage (omni: 32)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per process (OMP_NUM_THREADS); 0: torch's default, every core")  # fmt: skip
+    parser.add_argument(
+        "--omni-model-dir", help="a Qwen2.5-Omni checkpoint for tiny-omni (default: build the tiny one)"
+    )
     args = parser.parse_args()
-    max_tokens = args.max_output_tokens if args.max_output_tokens == "inf" else int(args.max_output_tokens)
-    rows = []
-    with tempfile.TemporaryDirectory() as scratch:
-        speech = speech_samples(Path(scratch))
-        redis_server, procs, deployment, base, secret = start_platform(Path(scratch), args.pipeline, args.model_dir)
-        from control_plane.realtime.conversation import Item, Part, prompt_messages
-        from control_plane.realtime.resampling import resample
-
-        item = Item(id="bench", role="user", parts=[Part(type="input_audio", samples=resample(speech, RATE, 16000))])
-        messages = prompt_messages([item], "", deployment.pipeline.config["family"])
-        baseline_tokens = 64 if max_tokens == "inf" else max_tokens
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        speech = speech_samples(scratch)
+        platform = start_platform(scratch, args.threads)
         try:
-            asyncio.run(baseline(deployment, redis_server.url, messages, 2, baseline_tokens))  # warm up
-            for count in args.sessions:
-                base_times = asyncio.run(baseline(deployment, redis_server.url, messages, count, baseline_tokens))
-                times, held, wall = asyncio.run(
-                    sessions(base, secret, speech, count, args.turns, args.silence_ms, max_tokens)
-                )
-                rows.append((count, base_times, times, held, wall))
-                if held < count:
-                    log = (Path(scratch) / "logs" / "web.log").read_text()
-                    print(
-                        log[log.find("Traceback") :][:9000] if "Traceback" in log else "no traceback", file=sys.stderr
-                    )
+            for name in args.targets:
+                target = TARGETS[name]
+                deployment = deploy(name, target, model_dir_for(target, scratch, args.omni_model_dir))
+                rows += measure(platform, name, deployment, speech, args)
         except BaseException:
-            print((Path(scratch) / "logs" / "web.log").read_text()[-5000:])
+            print((platform.logs / "web.log").read_text()[-5000:])
             raise
         finally:
-            for proc in procs:
-                proc.stop()
-            redis_server.stop()
-    print(f"{args.pipeline}: {args.turns} turns per session, speech {speech.size / RATE:.2f} s streamed at 1x, "
-          f"VAD silence window {args.silence_ms} ms")  # fmt: skip
-    print("sessions | first audio after end of speech p50/p95 ms | after speech_stopped p50/p95 ms | "
-          "serve() TTFP p50 ms (baseline) | ratio | RTF p50 | held")  # fmt: skip
-    for count, base_times, times, held, _ in rows:
-        base_p50 = percentile(base_times, 0.5)
-        after_stop = percentile(times.after_stop, 0.5)
-        print(
-            f"{count:8d} | {ms(percentile(times.after_speech, 0.5))} / {ms(percentile(times.after_speech, 0.95))}"
-            f"             | {ms(after_stop)} / {ms(percentile(times.after_stop, 0.95))}"
-            f"          | {ms(base_p50)}                    | {after_stop / base_p50:5.2f}x"
-            f" | {percentile(times.rtf, 0.5):7.2f} | {held}/{count}"
-        )
+            platform.stop()
+    report(rows, speech, args)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import redis.asyncio
@@ -39,23 +40,32 @@ class ClientSecret:
     grant: Grant
 
 
-def _key(value: str) -> str:
+def redis_key(value: str) -> str:
     return f"{streams.PREFIX}:realtime:client_secret:{hashlib.sha256(value.encode()).hexdigest()}"
 
 
 async def client_secret_mint(
-    client: redis.asyncio.Redis, *, user_id: int, api_key_id: int | None, deployment: str, session: dict, ttl_s: int
+    client: redis.asyncio.Redis,
+    *,
+    user_id: int,
+    api_key_id: int | None,
+    deployment: str,
+    session: dict,
+    ttl_s: int,
+    clock: Callable[[], float] = time.time,
 ) -> ClientSecret:
+    """`clock` dates the grant; the Redis TTL always counts from now (a web node whose clock
+    runs behind Redis's mints grants that expire before their key does)."""
     value = PREFIX + secrets.token_urlsafe(32)
-    grant = Grant(user_id, api_key_id, deployment, int(time.time()) + ttl_s, session)
-    await client.set(_key(value), json.dumps(asdict(grant)), ex=ttl_s)
+    grant = Grant(user_id, api_key_id, deployment, int(clock()) + ttl_s, session)
+    await client.set(redis_key(value), json.dumps(asdict(grant)), ex=ttl_s)
     return ClientSecret(value, grant)
 
 
 async def client_secret_resolve(client: redis.asyncio.Redis, value: str) -> Grant | None:
     if not value.startswith(PREFIX):
         return None
-    raw = await client.get(_key(value))
+    raw = await client.get(redis_key(value))
     if raw is None:
         return None
     grant = Grant(**json.loads(raw))

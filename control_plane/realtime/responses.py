@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-import msgspec
 import numpy as np
 from channels.db import database_sync_to_async
 
@@ -29,8 +28,8 @@ from control_plane.realtime import recording
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
 from control_plane.realtime.resampling import StreamResampler
-from control_plane.realtime.session_config import DEFAULT_MAX_OUTPUT_TOKENS
-from stages.protocol import SamplingParams, StageRequest
+from control_plane.realtime.sampling import entry_sampling, later_sampling
+from stages.protocol import StageRequest
 
 log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 120.0
@@ -209,31 +208,9 @@ class ResponseRun:
 
     # ------------------------------------------------------------------ running
 
-    def later_sampling(self) -> dict[str, SamplingParams]:
-        """A number in max_output_tokens bounds every AR stage's output tokens, audio codes
-        included (as OpenAI counts audio tokens in it); "inf" leaves the stages' defaults."""
-        if self.spec.max_output_tokens == "inf":
-            return {}
-        entry = self.session.pipeline.entry_stage
-        return {
-            stage.name: msgspec.convert(
-                {**stage.default_sampling, "max_tokens": self.spec.max_output_tokens}, SamplingParams, strict=False
-            )
-            for stage in self.session.pipeline.stages
-            if stage.kind == "ar" and stage.id != entry.id
-        }
-
     def stage_request(self) -> StageRequest:
-        entry = self.session.pipeline.entry_stage
-        sampling = None
-        if entry.kind == "ar":
-            merged = dict(entry.default_sampling)
-            if self.spec.max_output_tokens != "inf":
-                merged["max_tokens"] = self.spec.max_output_tokens
-            merged.setdefault("max_tokens", DEFAULT_MAX_OUTPUT_TOKENS)
-            if self.spec.temperature is not None:
-                merged["temperature"] = self.spec.temperature
-            sampling = msgspec.convert(merged, SamplingParams, strict=False)
+        session = self.session
+        sampling = entry_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens, self.spec.temperature)
         params = {"voice": self.spec.voice} if self.spec.voice else {}
         return StageRequest(
             request_id=self.id, messages=self.spec.messages, sampling=sampling, params=params, arrival_time=time.time()
@@ -266,11 +243,12 @@ class ResponseRun:
         )  # fmt: skip
 
     async def _serve(self) -> tuple[str, dict | None]:
-        client = self.session.redis
-        deployment_id = str(self.session.deployment.id)
+        session = self.session
+        client = session.redis
+        later = later_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens)
         try:
-            async with aclosing(serve(deployment_id, self.stage_request(), self.later_sampling(), idle_timeout_s=IDLE_TIMEOUT_S,
-                                      client=client)) as messages:  # fmt: skip
+            async with aclosing(serve(str(session.deployment.id), self.stage_request(), later,
+                                      idle_timeout_s=IDLE_TIMEOUT_S, client=client)) as messages:  # fmt: skip
                 async for message in messages:
                     if message.kind == "output":
                         output = message.output

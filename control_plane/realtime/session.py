@@ -33,6 +33,7 @@ from control_plane.realtime.responses import ResponseRun, ResponseSpec
 from control_plane.realtime.session_config import MODEL_INPUT_RATE, SessionConfig, _max_tokens, _modalities, _number
 from control_plane.realtime.states import IllegalTransition, StateMachine
 from control_plane.realtime.vad import FRAME_MS, START_FRAMES, EnergyVad
+from stages.config import load_deploy_config
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class RealtimeSession:
         self.principal = principal
         self.deployment = deployment
         self.pipeline = pipeline
+        self.deploy = load_deploy_config(deployment.deploy_config or {}, pipeline)
         self.redis = redis
         self.quota = quota
         self.send = send

@@ -7,21 +7,13 @@ import asyncio
 
 import pytest
 from asgiref.sync import sync_to_async
-from realtime_helpers import events_until, next_event
+from realtime_helpers import events_until, next_event, refusal
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import InvalidStatus
 
 from control_plane.accounts.models import Quota, UsageRecord
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-async def refusal(url: str, **kwargs) -> tuple[dict, int]:
-    async with connect(url, **kwargs) as ws:
-        event = await next_event(ws)
-        with pytest.raises(ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 10)
-        return event, closed.value.rcvd.code
 
 
 async def test_keys_client_secrets_origins_and_session_quotas(voice_stack, realtime_users):

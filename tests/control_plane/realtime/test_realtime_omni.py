@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import subprocess
 
 import pytest
 from asgiref.sync import sync_to_async
 from openai import AsyncOpenAI
-from procs import PYTHON, REPO
 from realtime_helpers import chunks_of, pcm16_b64, silence
 
 from control_plane.inference.models import InferenceRequest
@@ -20,13 +18,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_omni(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    return root / "qwen2_5_omni"
 
 
 async def test_sdk_session_over_the_tiny_omni_model(realtime_stack, tiny_omni, spoken_hello):
