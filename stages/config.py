@@ -138,6 +138,9 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     async_chunk_size: int = 25
     first_chunk_size: int = 5
     connector: ConnectorChoice = "auto"
+    cpu_threads: int | None = None
+    """torch threads of each replica's process (None: OMNISTAGE_REPLICA_THREADS on the worker, else 1):
+    a worker pool hosts several replica processes, so none takes every core."""
     options: dict[str, Any] = {}
     """Engine-specific switches (diffusion: cfg_batching, step_cache, cpu_offload …)."""
     sampling: dict[str, Any] = {}
@@ -157,6 +160,8 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.prefill_chunk", "must be at least 1")
         if self.async_chunk_size < 1 or self.first_chunk_size < 1:
             raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ConfigError(f"{path}.cpu_threads", "must be at least 1")
         if self.sampling:
             from stages.protocol import SamplingParams
 
