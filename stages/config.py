@@ -193,6 +193,12 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
 
+    def default_sampling(self, stage: StageConfig) -> dict[str, Any]:
+        """A stage's sampling when a request gives none: the pipeline's default, then this
+        deployment's per-stage `sampling` (e.g. a talker's max_tokens)."""
+        overrides = self.stages.get(stage.name)
+        return {**stage.default_sampling, **(overrides.sampling if overrides else {})}
+
     def for_stage(self, stage: StageConfig) -> StageDeployConfig:
         config = self.stages.get(stage.name) or StageDeployConfig()
         if config.backend is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from asgiref.sync import sync_to_async
 
@@ -11,7 +12,7 @@ from control_plane.accounts.permissions import check_access, deployment_allowed
 from control_plane.accounts.principal import arequest_principal
 from control_plane.deployments.models import Deployment, DeploymentState
 from control_plane.openai_compat.errors import ApiError
-from stages.config import PipelineConfig, load_pipeline_config
+from stages.config import DeployConfig, PipelineConfig, load_deploy_config, load_pipeline_config
 from stages.errors import ConfigError
 
 INFERENCE = "inference"
@@ -31,6 +32,10 @@ class Served:
     @property
     def name(self) -> str:
         return self.deployment.name
+
+    @cached_property
+    def deploy(self) -> DeployConfig:
+        return load_deploy_config(self.deployment.deploy_config or {}, self.pipeline)
 
     @property
     def output_modalities(self) -> list[str]:

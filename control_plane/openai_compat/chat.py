@@ -154,7 +154,7 @@ async def chat_completions(request, rec: Recorder):
         raise ApiError.invalid("audio.format", "Streaming audio is sent as pcm16 (or wav); choose one of those.")
     messages = await prepare_messages(body.messages)
     entry_sampling, later_sampling, stage_params = build_sampling(
-        served.pipeline, sampling_fields(body), body.sampling_params_list
+        served.pipeline, served.deploy, sampling_fields(body), body.sampling_params_list
     )
     params = {**(body.additional_information or {}), **diffusion_params(body), **stage_params}
     voice = (body.audio.voice if body.audio else None) or body.voice or body.speaker

@@ -85,7 +85,9 @@ async def completions(request, rec: Recorder):
     fields = {name: getattr(body, name) for name in ("temperature", "top_p", "top_k", "seed", "min_tokens", "stop",
                                                       "stop_token_ids", "ignore_eos")}  # fmt: skip
     fields["max_tokens"] = body.max_tokens or DEFAULT_MAX_TOKENS
-    entry_sampling, later_sampling, params = build_sampling(served.pipeline, fields, body.sampling_params_list)
+    entry_sampling, later_sampling, params = build_sampling(
+        served.pipeline, served.deploy, fields, body.sampling_params_list
+    )
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
     await rec.open(
         served,

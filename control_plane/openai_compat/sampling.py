@@ -1,5 +1,6 @@
 """Sampling parameters from an OpenAI request: the standard fields set the entry stage's,
-`sampling_params_list` (one dict per stage, in stage order) sets each stage's explicitly.
+`sampling_params_list` (one dict per stage, in stage order) sets each stage's explicitly, both
+over the stage's defaults (the pipeline's, then the deployment's per-stage `sampling`).
 
 AR stages take `stages.protocol.SamplingParams`; a diffusion stage's dict (steps, guidance,
 size...) goes into the request params instead, which every stage sees.
@@ -12,7 +13,7 @@ from typing import Any
 import msgspec
 
 from control_plane.openai_compat.errors import ApiError
-from stages.config import PipelineConfig, StageConfig
+from stages.config import DeployConfig, PipelineConfig
 from stages.errors import InvalidRequest
 from stages.protocol import SamplingParams
 
@@ -21,8 +22,8 @@ OPENAI_SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "max_tokens",
                           "stop_token_ids", "ignore_eos")  # fmt: skip
 
 
-def sampling_for_stage(stage: StageConfig, overrides: dict[str, Any], param: str) -> SamplingParams:
-    merged = {**stage.default_sampling, **{k: v for k, v in overrides.items() if v is not None}}
+def sampling_for_stage(defaults: dict[str, Any], overrides: dict[str, Any], param: str) -> SamplingParams:
+    merged = {**defaults, **{k: v for k, v in overrides.items() if v is not None}}
     if isinstance(merged.get("stop"), str):
         merged["stop"] = [merged["stop"]]
     try:
@@ -42,7 +43,7 @@ def sampling_for_stage(stage: StageConfig, overrides: dict[str, Any], param: str
 
 
 def build_sampling(
-    pipeline: PipelineConfig, fields: dict[str, Any], per_stage: list[Any] | None
+    pipeline: PipelineConfig, deploy: DeployConfig, fields: dict[str, Any], per_stage: list[Any] | None
 ) -> tuple[SamplingParams | None, dict[str, SamplingParams], dict[str, Any]]:
     """(entry sampling, later stages' sampling by name, extra request params)."""
     stages = sorted(pipeline.stages, key=lambda stage: stage.id)
@@ -69,12 +70,13 @@ def build_sampling(
             elif stage.id == entry.id:
                 entry_overrides = {**entry_overrides, **params}
             else:
-                later[stage.name] = sampling_for_stage(stage, params, param)
+                later[stage.name] = sampling_for_stage(deploy.default_sampling(stage), params, param)
     entry_sampling = None
     if entry.kind != "diffusion":
-        if entry_overrides.get("max_tokens") is None and "max_tokens" not in entry.default_sampling:
+        defaults = deploy.default_sampling(entry)
+        if entry_overrides.get("max_tokens") is None and "max_tokens" not in defaults:
             entry_overrides["max_tokens"] = DEFAULT_MAX_TOKENS
-        entry_sampling = sampling_for_stage(entry, entry_overrides, _entry_param(per_stage))
+        entry_sampling = sampling_for_stage(defaults, entry_overrides, _entry_param(per_stage))
     return entry_sampling, later, extra_params
 
 

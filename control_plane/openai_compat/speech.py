@@ -96,7 +96,9 @@ async def speech(request, rec: Recorder):
     rec.served = served
     rec.stream = mode is not None
     fields = {"max_tokens": body.max_tokens, "seed": body.seed}
-    entry_sampling, later_sampling, params = build_sampling(served.pipeline, fields, body.sampling_params_list)
+    entry_sampling, later_sampling, params = build_sampling(
+        served.pipeline, served.deploy, fields, body.sampling_params_list
+    )
     params.update({key: getattr(body, key) for key in ("voice", "instructions", "language") if getattr(body, key)})
     params["modalities"] = ["audio"]
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}

@@ -9,18 +9,11 @@ temperature applies to the entry stage (the thinker) only.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from control_plane.realtime.session_config import DEFAULT_MAX_OUTPUT_TOKENS
-from stages.config import DeployConfig, PipelineConfig, StageConfig
+from stages.config import DeployConfig, PipelineConfig
 from stages.protocol import SamplingParams
-
-
-def stage_defaults(stage: StageConfig, deploy: DeployConfig) -> dict[str, Any]:
-    overrides = deploy.stages.get(stage.name)
-    return {**stage.default_sampling, **(overrides.sampling if overrides else {})}
 
 
 def entry_sampling(
@@ -29,7 +22,7 @@ def entry_sampling(
     entry = pipeline.entry_stage
     if entry.kind != "ar":
         return None
-    merged = stage_defaults(entry, deploy)
+    merged = deploy.default_sampling(entry)
     if max_output_tokens != "inf":
         merged["max_tokens"] = max_output_tokens
     merged.setdefault("max_tokens", DEFAULT_MAX_OUTPUT_TOKENS)
@@ -48,7 +41,7 @@ def later_sampling(
     entry_id = pipeline.entry_stage.id
     return {
         stage.name: msgspec.convert(
-            {**stage_defaults(stage, deploy), "max_tokens": max_output_tokens}, SamplingParams, strict=False
+            {**deploy.default_sampling(stage), "max_tokens": max_output_tokens}, SamplingParams, strict=False
         )
         for stage in pipeline.stages
         if stage.kind == "ar" and stage.id != entry_id

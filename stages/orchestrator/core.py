@@ -381,8 +381,7 @@ class Orchestrator:
         if stage.name in state.sampling:
             return state.sampling[stage.name]
         deployment = self.deployments.get(state.deployment_id)
-        overrides = deployment.deploy.stages.get(stage.name) if deployment else None
-        merged = {**stage.default_sampling, **(overrides.sampling if overrides else {})}
+        merged = deployment.deploy.default_sampling(stage) if deployment else dict(stage.default_sampling)
         if merged:
             return msgspec.convert(merged, SamplingParams)
         return None

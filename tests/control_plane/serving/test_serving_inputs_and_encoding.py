@@ -22,7 +22,7 @@ from control_plane.openai_compat import audio_encoding
 from control_plane.openai_compat.chat_inputs import decode_image_bytes, prepare_messages, summarize
 from control_plane.openai_compat.errors import ApiError
 from control_plane.openai_compat.sampling import build_sampling
-from stages.config import EdgeConfig, PipelineConfig, StageConfig
+from stages.config import DeployConfig, EdgeConfig, PipelineConfig, StageConfig, StageDeployConfig
 
 
 def png(width=4, height=3) -> bytes:
@@ -211,7 +211,7 @@ def test_signed_tokens_round_trip_and_expire():
     assert artifact_id_from_token(token, max_age_s=-1) is None
 
 
-def test_sampling_params_list_sets_each_stage():
+def test_sampling_params_list_sets_each_stage_over_the_deployment_s_defaults():
     pipeline = PipelineConfig(
         family="t",
         name="t",
@@ -222,12 +222,27 @@ def test_sampling_params_list_sets_each_stage():
         ],
         edges=[EdgeConfig(source=0, target=1), EdgeConfig(source=1, target=2)],
     )
+    plain = DeployConfig()
     entry, later, params = build_sampling(
-        pipeline, {"max_tokens": 5}, [{"top_k": 3}, {"temperature": 0.0, "max_tokens": 9}, {"num_inference_steps": 4}]
+        pipeline,
+        plain,
+        {"max_tokens": 5},
+        [{"top_k": 3}, {"temperature": 0.0, "max_tokens": 9}, {"num_inference_steps": 4}],
     )
     assert (entry.temperature, entry.top_k, entry.max_tokens) == (0.7, 3, 5)
     assert later["talker"].max_tokens == 9 and later["talker"].temperature == 0.0
     assert params == {"num_inference_steps": 4}
     with pytest.raises(ApiError) as bad:
-        build_sampling(pipeline, {}, [{}, {"top_p": 7}])
+        build_sampling(pipeline, plain, {}, [{}, {"top_p": 7}])
     assert bad.value.param == "sampling_params_list[1].top_p"
+
+    # The deployment's per-stage sampling sits between the pipeline's defaults and the request.
+    capped = DeployConfig(
+        stages={
+            "thinker": StageDeployConfig(sampling={"max_tokens": 8, "top_k": 2}),
+            "talker": StageDeployConfig(sampling={"top_k": 7}),
+        }
+    )
+    entry, later, _ = build_sampling(pipeline, capped, {"top_k": 4}, [{}, {"max_tokens": 9}])
+    assert (entry.temperature, entry.top_k, entry.max_tokens) == (0.7, 4, 8)
+    assert (later["talker"].top_k, later["talker"].max_tokens) == (7, 9)
