@@ -55,6 +55,9 @@ def console_stack(platform_env, tmp_path, pipelines, settings):
     env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
     # replicas that load torch on a busy machine must not be declared dead: no failure detection is tested here
     env.update(OMNISTAGE_HEARTBEAT_INTERVAL="0.5", OMNISTAGE_HEARTBEAT_TTL="15")
+    # one torch thread per replica host: several hosts on a small shared machine oversubscribe the
+    # cores, and OpenMP's spinning threads then make the tiny omni pipeline 7-15x slower (measured here)
+    env.setdefault("OMP_NUM_THREADS", "1")
     stack = ConsoleStack(env, tmp_path)
     settings.REDIS_URL = stack.redis.url  # in-process consumers talk to the same Redis
     yield stack
