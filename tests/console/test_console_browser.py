@@ -250,7 +250,7 @@ def dashboard_agrees_with_the_history(live, stack) -> None:
     for name, made in (("omni", 2), ("img", 1)):  # omni: the chat and the speech; img: the image
         rows = list(InferenceRequest.objects.filter(deployment_name=name))
         assert len(rows) == made and all(row.finished_at is not None for row in rows)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 numbers_match(live, name, rows)
