@@ -70,7 +70,7 @@ def dashboard_rows() -> list[DeploymentRow]:
         latency = []
         for field, label in TIMINGS:
             values = [r[field] for r in mine if r[field] is not None]
-            latency.append({"label": label, "values": [percentile(values, p) for p in PERCENTILES]})
+            latency.append({"label": label, "values": [{"p": p, "value": percentile(values, p)} for p in PERCENTILES]})
         rows.append(
             DeploymentRow(
                 deployment=deployment,

@@ -41,6 +41,11 @@ def deployment_replicas(deployment_id: str) -> str:
     return f"{PREFIX}:replicas:{deployment_id}"
 
 
+def replica_logs(replica_id: str) -> str:
+    """A replica host's recent log lines (a capped stream; workers/log_stream.py writes it)."""
+    return f"{PREFIX}:stream:logs:replica:{replica_id}"
+
+
 def replica_input(replica_id: str) -> str:
     return f"{PREFIX}:stream:replica:{replica_id}"
 

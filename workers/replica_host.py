@@ -55,6 +55,7 @@ from stages.engine import StageEngine
 from stages.errors import StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
 from workers.foreign_payloads import ForeignPayloads
+from workers.log_stream import publish_logs
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
 from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
@@ -428,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s %(levelname)s [replica {spec.replica_id} pid {os.getpid()}] %(name)s: %(message)s",
     )
     client = redis.Redis.from_url(args.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    publish_logs(client, spec.replica_id)  # the console's logs tail
     host = ReplicaHost(spec, client, parent_pid=args.parent_pid, drains_after_ms=args.drains_after_ms)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: host.stop_requested.set())

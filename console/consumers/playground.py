@@ -135,6 +135,12 @@ def _ending(run: PlaygroundRequest, message) -> tuple[dict, dict]:
 
 
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
+    # An alias that is never configured: this consumer takes no channel-layer messages (its runs'
+    # outputs come through serve()), so it holds no blocking channel-layer read. That read did not
+    # end when cancelled (channels_redis 4.3 over redis-py 8): a closed socket's consumer kept
+    # running, and a test's event loop could not close.
+    channel_layer_alias = "playground-needs-no-channel-layer"
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not user.is_active:

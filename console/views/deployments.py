@@ -5,6 +5,7 @@ from django.views.decorators.http import require_POST
 from console.access import can_manage_deployments, manages_deployments, signed_in
 from console.graph import stage_graph
 from console.pages import render_page
+from console.replica_logs import replica_log_tails
 from control_plane.deployments.queries import deployment_list
 from control_plane.deployments.services import (
     DeploymentInvalid,
@@ -35,23 +36,9 @@ def _context(request, deployment) -> dict:
         "deployment": deployment,
         "graph": stage_graph(config, replicas),
         "stages": stages,
-        "logs": _log_tail(deployment),
+        "logs": replica_log_tails(replica for stage in stages for replica in stage["replicas"]),
         "can_manage": can_manage_deployments(request.user),
     }
-
-
-def _log_tail(deployment) -> list[str]:
-    """Lifecycle lines from what the platform records (replica states, errors); the replica
-    hosts' own log files are not collected by the platform yet."""
-    lines = [f"{deployment.state_changed_at:%H:%M:%S} deployment {deployment.state} {deployment.state_reason}".rstrip()]
-    for replica in deployment.replicas.all():
-        line = f"{replica.state_changed_at:%H:%M:%S} {replica.stage}#{replica.index} {replica.state}"
-        if replica.state_reason:
-            line += f" — {replica.state_reason}"
-        if replica.last_error:
-            line += f" — error: {replica.last_error}"
-        lines.append(line)
-    return sorted(lines)[-50:]
 
 
 @signed_in

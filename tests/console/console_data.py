@@ -8,12 +8,21 @@ from control_plane.inference import services
 SCRIPT = '<script>alert("owned")</script><img src=x onerror=alert(1)>'
 
 
-def history_row(user, request_id: str, *, prompt: str, output: str = "ok", status: str = "completed"):
+def history_row(
+    user,
+    request_id: str,
+    *,
+    prompt: str,
+    output: str = "ok",
+    status: str = "completed",
+    deployment: str = "dep",
+    metrics: dict | None = None,
+):
     row = services.request_open(
         request_id=request_id,
         route="chat.completions",
         user=user,
-        deployment_name="dep",
+        deployment_name=deployment,
         inputs={"prompt": prompt},
         parameters={"max_tokens": 8},
         modalities=["text", "audio"],
@@ -21,7 +30,9 @@ def history_row(user, request_id: str, *, prompt: str, output: str = "ok", statu
     services.request_started(row)
     services.artifact_add(row, kind="audio", data=wav_bytes(b"\0" * 400, 16000), mime_type="audio/wav", extension="wav")
     if status == "completed":
-        services.request_close(row, status=status, output_text=output, summary_metrics={"e2el_s": 0.2, "ttft_s": 0.05})
+        services.request_close(
+            row, status=status, output_text=output, summary_metrics=metrics or {"e2el_s": 0.2, "ttft_s": 0.05}
+        )
     else:
         services.request_close(row, status=status, error={"message": "failed", "type": "server_error"})
     return row

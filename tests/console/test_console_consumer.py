@@ -52,6 +52,16 @@ async def test_an_anonymous_socket_is_refused():
     assert not connected and code == 4401
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_a_closed_socket_leaves_no_consumer_running(alice):
+    communicator = WebsocketCommunicator(application, PATH, headers=await sync_to_async(session_headers)(alice))
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.send_input({"type": "websocket.disconnect", "code": 1000})
+    await asyncio.wait_for(asyncio.shield(communicator.future), timeout=30)  # it ends by itself
+    assert communicator.future.exception() is None
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_chat_streams_text_and_audio_and_is_recorded(console_stack, alice):

@@ -246,3 +246,43 @@ def test_the_deployment_panel_shows_loading_progress_and_errors(alice_client, pi
     voice = voice[: voice.index("</tr>")]
     assert "ERROR" in voice and "CUDA &lt;oom&gt;" in voice and '<td class="num">3</td>' in voice
     assert 'class="dot LOADING"' in page and 'class="dot ERROR"' in page
+
+
+def test_the_dashboard_shows_rates_percentiles_and_the_chart(alice_client, alice, pipelines):
+    from datetime import timedelta
+
+    from dashboard_reading import dashboard_numbers
+    from django.utils import timezone
+
+    from control_plane.inference.models import InferenceRequest
+
+    deployment_create(name="dep", pipeline=Pipeline.objects.get(name="echo-voice"), model_dir="-", deploy_config={})
+    for index, ttft in enumerate((0.5, 0.1, 0.4, 0.2, 0.3)):
+        metrics = {"ttft_s": ttft, "ttfp_s": 2 * ttft, "e2el_s": 10 * ttft}
+        history_row(alice, f"req-{index}", prompt="hi", metrics=metrics)
+    history_row(alice, "req-earlier", prompt="hi", status="failed")  # no TTFT or TTFP
+    history_row(alice, "req-yesterday", prompt="hi", metrics={"ttft_s": 9.0})
+    now = timezone.now()
+    InferenceRequest.objects.filter(request_id="req-earlier").update(created_at=now - timedelta(minutes=10, seconds=5))
+    InferenceRequest.objects.filter(request_id="req-yesterday").update(created_at=now - timedelta(days=1))
+    history_row(alice, "req-other", prompt="hi", deployment="other", metrics={"ttft_s": 7.0})
+
+    for url in (reverse("console:dashboard"), reverse("console:dashboard-panel")):
+        numbers = dashboard_numbers(alice_client.get(url).content.decode(), "dep")
+        assert numbers.requests_per_min == 1.0  # 5 requests in the last 5 minutes
+        assert numbers.last_hour == 6 and numbers.queue_depth == 0
+        assert [numbers.latency[("TTFT", p)] for p in (50, 90, 99)] == [0.3, 0.5, 0.5]
+        assert [numbers.latency[("TTFP", p)] for p in (50, 90, 99)] == [0.6, 1.0, 1.0]
+        # the failed request ten minutes ago has an end-to-end time of its own (a few ms)
+        assert [numbers.latency[("E2EL", p)] for p in (50, 90, 99)] == [2.0, 4.0, 5.0]
+        assert len(numbers.bars) == 60 and sum(numbers.bars) == 6
+        assert numbers.bars[-1] == 5 and numbers.bars[-11] == 1  # this minute, and ten minutes ago
+
+
+def test_a_dashboard_without_requests_shows_no_percentiles(alice_client, pipelines):
+    from dashboard_reading import dashboard_numbers
+
+    deployment_create(name="dep", pipeline=Pipeline.objects.get(name="echo"), model_dir="-", deploy_config={})
+    numbers = dashboard_numbers(alice_client.get(reverse("console:dashboard-panel")).content.decode(), "dep")
+    assert numbers.requests_per_min == 0 and numbers.last_hour == 0 and sum(numbers.bars) == 0
+    assert set(numbers.latency.values()) == {None} and len(numbers.latency) == 9

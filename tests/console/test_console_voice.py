@@ -12,16 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
+from console_browser import chromium_page, shot, unavailable
 from console_stack import wait_running
-from procs import REPO
 
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.services import deployment_create
 from control_plane.inference.models import InferenceRequest
 from control_plane.realtime.resampling import resample
 
-CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = REPO / "test-artifacts" / "console"
 PASSWORD = "correct horse battery"
 CAPTURE_RATE = 48000
 # The voice stage answers '[user audio 1.36 s]' as 4 tones of 10 ms, 0.5 s apart: a response takes
@@ -65,7 +63,7 @@ def spoken_turn_wav(tmp_path) -> Path:
     """'hello, how are you' twice, a long then a short pause after each, as 16-bit mono PCM at 48 kHz
     (Chromium loops the file)."""
     if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+        unavailable("espeak-ng is not installed (apt-get install -y espeak-ng)")
     spoken = tmp_path / "espeak.wav"
     subprocess.run(["espeak-ng", "-w", str(spoken), "hello, how are you"], check=True, capture_output=True)
     samples, rate = soundfile.read(spoken, dtype="float32")
@@ -82,24 +80,11 @@ def spoken_turn_wav(tmp_path) -> Path:
 
 @pytest.fixture
 def voice_page(monkeypatch, spoken_turn_wav):
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={spoken_turn_wav}"]  # fmt: skip
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=args)
-        page = browser.new_page(viewport={"width": 1360, "height": 880})
-        page.set_default_timeout(30_000)
-        page.errors = []
-        page.on("pageerror", lambda error: page.errors.append(str(error)))
+    fake_microphone = ["--autoplay-policy=no-user-gesture-required", "--use-fake-ui-for-media-stream",
+                       "--use-fake-device-for-media-stream", f"--use-file-for-fake-audio-capture={spoken_turn_wav}"]  # fmt: skip
+    with chromium_page(fake_microphone) as page:
         yield page
-        browser.close()
 
 
 @pytest.mark.browser
@@ -138,7 +123,7 @@ def test_a_spoken_turn_and_a_barge_in_in_the_voice_playground(console_stack, roo
     assert cut.startswith("cancelled") and "interrupted: heard" in cut
     assert page.text_content("#voice-error") == ""
     assert "s of audio" in page.text_content("#voice-sent")
-    page.screenshot(path=str(SHOTS / "13-voice.png"), full_page=True)
+    shot(page, "13-voice")
 
     page.click("#voice-stop")
     page.wait_for_selector("#voice-status[data-voice-state='idle']")

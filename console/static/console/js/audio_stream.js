@@ -10,6 +10,7 @@ export class PcmPlayer {
     this.sampleRate = 24000;
     this.samples = 0;
     this.muted = false;
+    this.startedAt = null;
   }
 
   // Call from a click handler: browsers only let a user gesture start audio.
@@ -24,7 +25,12 @@ export class PcmPlayer {
     this.sampleRate = sampleRate;
     this.chunks.push(samples);
     this.samples += samples.length;
-    window.omniAudio = { chunks: this.chunks.length, samples: this.samples, sampleRate, state: this.context?.state };
+    this.play(samples, sampleRate);
+    // what the page played, for the browser tests: startedAt is when the first chunk sounds (performance.now() clock)
+    window.omniAudio = { chunks: this.chunks.length, samples: this.samples, sampleRate, state: this.context?.state, startedAt: this.startedAt };
+  }
+
+  play(samples, sampleRate) {
     if (!this.context || this.muted || samples.length === 0) return;
     const buffer = this.context.createBuffer(1, samples.length, sampleRate);
     buffer.copyToChannel(samples, 0);
@@ -33,6 +39,7 @@ export class PcmPlayer {
     source.connect(this.context.destination);
     const start = Math.max(this.nextTime, this.context.currentTime + 0.05);
     source.start(start);
+    this.startedAt ??= performance.now() + (start - this.context.currentTime) * 1000;
     this.nextTime = start + buffer.duration;
   }
 
