@@ -59,6 +59,8 @@ try:
     HEARTBEAT_TTL_S = env_float("OMNISTAGE_HEARTBEAT_TTL", 10.0, minimum=0.5)
     LONGEST_TASK_S = env_int("OMNISTAGE_LONGEST_TASK_S", 1800, minimum=1)
     VISIBILITY_TIMEOUT_S = env_int("OMNISTAGE_VISIBILITY_TIMEOUT_S", 3600, minimum=1)
+    DB_POOL_SIZE = env_int("OMNISTAGE_DB_POOL_SIZE", 10, minimum=1)
+    DB_POOL_TIMEOUT_S = env_float("OMNISTAGE_DB_POOL_TIMEOUT_S", 30.0, minimum=0.1)
     WEB_HOST = env_str("OMNISTAGE_HOST", "127.0.0.1")
     WEB_PORT = env_int("OMNISTAGE_PORT", 8000, minimum=1)
     WORKER_POOLS = env_list("OMNISTAGE_POOLS", ["cpu"])
@@ -71,7 +73,16 @@ EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
 REDIS_URL = _redis_url or f"unix://{EMBEDDED_REDIS_SOCKET}"
 
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)}
+    # ASGI views reach the ORM from a thread per request, so persistent per-thread connections
+    # pile up (one per concurrent request, idle until collected) and exhaust PostgreSQL's
+    # max_connections; a bounded pool per process serves them instead, and waits when empty.
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": DB_POOL_SIZE,
+            "timeout": DB_POOL_TIMEOUT_S,
+        }
 else:
     DATABASES = {
         "default": {

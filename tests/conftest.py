@@ -9,7 +9,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection
-from procs import REPO, RedisServer
+from procs import REPO, RedisServer, stop_all
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,3 +61,8 @@ def platform_env(database_url, tmp_path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop any live server a failed fixture left running (it would hold ports and connections)."""
+    stop_all()

@@ -78,7 +78,11 @@ class RedisServer:
 
 
 class Proc:
-    """A child process in its own session, with its output captured to a file."""
+    """A child process in its own session, with its output captured to a file. Every one still
+    running when the test session ends is stopped then (`stop_all`), so a fixture that failed
+    before its own clean-up leaves no server behind to hold ports and database connections."""
+
+    running: set[Proc] = set()
 
     def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO):
         self.log = log
@@ -87,6 +91,7 @@ class Proc:
             argv, env=env, cwd=cwd, stdout=self.handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
+        Proc.running.add(self)
 
     @property
     def pid(self) -> int:
@@ -110,7 +115,13 @@ class Proc:
                 self.signal(signal.SIGKILL)
                 self.process.wait()
         self.handle.close()
+        Proc.running.discard(self)
         return self.process.returncode
+
+
+def stop_all() -> None:
+    for proc in list(Proc.running):
+        proc.stop(timeout=5)
 
 
 def pid_alive(pid: int) -> bool:

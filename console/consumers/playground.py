@@ -33,6 +33,7 @@ from control_plane.openai_compat.payloads import PayloadUnavailable, resolve
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.orchestrator.serving import ServingUnavailable, cancel, serve
 from control_plane.redis_client import get_async_redis
+from stages.config import load_deploy_config
 from stages.protocol import StageOutput
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ async def _prepare(run: PlaygroundRequest, deployment) -> dict:
             run.request.messages = await prepare_messages(run.request.messages)
             run.inputs["messages"] = summarize(run.request.messages)  # the history keeps no media bytes
         fields = {key: run.parameters[key] for key in ("max_tokens", "temperature") if key in run.parameters}
-        entry, later, extra = build_sampling(pipeline, fields, None)
+        deploy = load_deploy_config(deployment.deploy_config or {}, pipeline)
+        entry, later, extra = build_sampling(pipeline, deploy, fields, None)
     except ApiError as error:
         param = error.param or ""
         field = "attachments" if ".content[" in param else param.rpartition(".")[2] or "input"
@@ -184,6 +186,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             await self._send(ref, {"type": "error", "message": exceeded.message, "field": None})
         except QuotaUnavailable:
             await self._send(ref, {"type": "error", "message": "Quota service unavailable; try again.", "field": None})
+        except Exception:  # a bug must reach the browser as an error, not leave it waiting
+            log.exception("the playground could not start run %s", ref)
+            await self._send(ref, {"type": "error", "message": "The console failed to start this run.", "field": None})
         else:
             await self._serve(ref, run, deployment, admission, later_sampling)
         finally:

@@ -17,12 +17,22 @@ class ComponentStatus:
     detail: str
 
 
+DATABASE_CHECK_TIMEOUT_S = 3.0
+"""A pooled connection is waited for this long, not the pool's own timeout (sized for load)."""
+
+
 def check_database() -> ComponentStatus:
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        pool = getattr(connection, "pool", None)  # PostgreSQL with a connection pool
+        if pool is not None:
+            pool.open()  # Django opens it on first use; a no-op once open
+            with pool.connection(timeout=DATABASE_CHECK_TIMEOUT_S) as pooled:
+                pooled.execute("SELECT 1")
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
         return ComponentStatus(True, connection.vendor)
-    except Exception as error:  # any driver error means "not ready"
+    except Exception as error:  # any driver or pool error means "not ready"
         return ComponentStatus(False, f"database unreachable: {error}")
 
 
