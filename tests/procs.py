@@ -124,6 +124,20 @@ def stop_all() -> None:
         proc.stop(timeout=5)
 
 
+def stop_live(stop_deployments: Callable[[], None], procs: list[Proc], redis_server: RedisServer) -> None:
+    """A live stack's clean-up: its deployments first (so replica hosts drain), then its processes and
+    Redis, whatever the first step raised (a broken server must not keep its processes alive)."""
+    try:
+        stop_deployments()
+        time.sleep(0.5)
+    except Exception as error:
+        print(f"could not stop the deployments: {error!r}")
+    finally:
+        for proc in procs:
+            proc.stop()
+        redis_server.stop()
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -13,7 +13,7 @@ import wave
 import httpx
 import numpy as np
 import pytest
-from procs import PYTHON, REPO, Proc, RedisServer, free_port, wait_for
+from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -77,16 +77,11 @@ class RealtimeStack:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
 
     def stop(self) -> None:
-        try:
-            for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
-                self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
-            time.sleep(0.5)
-        except Exception as error:  # a broken server must not keep its processes alive
-            print(f"could not stop the deployments: {error!r}")
-        finally:
-            for proc in self.procs.values():
-                proc.stop()
-            self.redis.stop()
+        stop_live(self._stop_deployments, list(self.procs.values()), self.redis)
+
+    def _stop_deployments(self) -> None:
+        for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
+            self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
 
 
 @pytest.fixture
