@@ -9,6 +9,7 @@ Works the same embedded and against external Redis. A client that stops iteratin
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -99,12 +100,28 @@ async def serve(
                     return
     finally:
         if not ended:
-            try:
-                await cancel(client, request.request_id)
-            except redis.RedisError:
-                pass
+            await _cancel_on_a_fresh_connection(client, request.request_id)
         if own_client:
             await client.aclose()
+
+
+CANCEL_TIMEOUT_S = 5.0
+
+
+async def _cancel_on_a_fresh_connection(client: redis.asyncio.Redis, request_id: str) -> None:
+    """Tell the orchestrator the client left, on a new connection to the same server: when the caller's
+    task was cancelled mid-XREAD, the stream's own connection still expects that reply, and a command
+    on it can wait forever. Bounded, and best effort: the orchestrator's timeouts end the request too."""
+    pool = client.connection_pool
+    fresh = redis.asyncio.Redis(
+        connection_pool=redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)
+    )
+    try:
+        await asyncio.wait_for(cancel(fresh, request_id), timeout=CANCEL_TIMEOUT_S)
+    except (redis.RedisError, TimeoutError):
+        pass
+    finally:
+        await fresh.aclose()
 
 
 def error_of(message: wire.ClientMessage) -> StageError:
