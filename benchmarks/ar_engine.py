@@ -198,14 +198,16 @@ def bench_cuda(args) -> None:
             for size in (min(graphs.sizes), big):
                 print(f"{name}: graph replay alone, batch {size}: {replay_ms(graphs, size):.3f} ms", flush=True)
             if args.profile:
-                print_kernel_profile(graphs, big)
+                for size in (min(graphs.sizes), big):
+                    print_kernel_profile(graphs, size)
         for batch in (1, big):
             results[(name, batch)] = engine_decode_tps(engine, prompts[:batch], new_tokens, device)
             print(f"  batch {batch:4d} {name:14s} {results[(name, batch)]:10.1f} decode tok/s", flush=True)
         del engine, graphs
         torch.cuda.empty_cache()
 
-    for name, batch in [("hf_eager", 1), ("hf_eager", big), ("hf_static", 1), ("hf_static", big)]:
+    baselines = [] if args.skip_hf else [("hf_eager", 1), ("hf_eager", big), ("hf_static", 1), ("hf_static", big)]
+    for name, batch in baselines:
         try:
             tps = hf_decode_tps(hf, prompts[:batch], new_tokens, device, static=name == "hf_static")
         except Exception as error:  # a baseline that cannot run is reported, not fatal
@@ -234,7 +236,8 @@ def print_kernel_profile(graphs, size: int) -> None:
         for _ in range(3):
             graphs.graphs[size].replay()
         torch.cuda.synchronize()
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
+    print(f"decode graph, batch {size}, 3 replays:", flush=True)
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20), flush=True)
 
 
 def replay_ms(graphs, size: int, repeats: int = 50) -> float:
@@ -336,6 +339,7 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="disable CUDA graphs (CUDA run)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd variant (CUDA run)")
     parser.add_argument("--profile", action="store_true", help="print the decode graph's top kernels (CUDA run)")
+    parser.add_argument("--skip-hf", action="store_true", help="no transformers baselines (CUDA run; no ratios)")
     args = parser.parse_args()
     if args.device == "cpu":
         bench_cpu(args)

@@ -169,7 +169,8 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) 
             metrics["e2el_s"] = metrics.get("e2el_s", time.perf_counter() - start)
             return metrics
 
-        await asyncio.gather(*(one(-1 - i) for i in range(max(args.concurrency))))  # warm-up at every size
+        for concurrency in args.concurrency:  # warm-up at every size (graph captures, first-seen shapes)
+            await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))
         for concurrency in args.concurrency:
             rounds = max(1, args.repeats if concurrency == 1 else 1)
             results, start = [], time.perf_counter()

@@ -56,6 +56,11 @@ class DecodeGraphs:
         # One buffer, one host-to-device copy per step: columns ids, positions, slots, context lengths, blocks.
         self.inputs = torch.zeros((max_batch, 4 + max_blocks), dtype=torch.long, device=device)
         self.inputs[:, 3] = 1
+        # The host side of that copy: filled in place through a numpy view, pinned on CUDA so the
+        # copy is asynchronous; `_copied` says when the device has read it and it may be refilled.
+        self.staging = torch.zeros(self.inputs.shape, dtype=torch.long, pin_memory=device.type == "cuda")
+        self.staged = self.staging.numpy()
+        self._copied = torch.cuda.Event() if device.type == "cuda" else None
         self.context_positions = torch.arange(max_blocks * block_size, dtype=torch.long, device=device)
         self.takes_embeds = embeds_width is not None
         if self.takes_embeds:
@@ -128,17 +133,29 @@ class DecodeGraphs:
         token_ids: list[int],
         positions: list[int],
         slots: list[int],
-        tables: torch.Tensor,
         lengths: list[int],
+        block_tables: list[list[int]],
         embeds: torch.Tensor | None = None,
+        with_hidden: bool = False,
     ) -> ModelOutputs:
+        """One decode step of `len(token_ids)` rows; padded rows read token 0 and attend to the null block."""
         count = len(token_ids)
         size = next(s for s in self.sizes if s >= count)
-        staged = torch.zeros((size, self.inputs.shape[1]), dtype=torch.long)
-        staged[:, 3] = 1  # padded rows attend to the null block's first slot
-        staged[:count, :4] = torch.tensor([token_ids, positions, slots, lengths], dtype=torch.long).T
-        staged[:count, 4 : 4 + tables.shape[1]] = tables
-        self.inputs[:size].copy_(staged, non_blocking=True)
+        if self._copied is not None:
+            self._copied.synchronize()
+        staged = self.staged[:size]
+        staged[:, 4:] = 0
+        staged[count:, :3] = 0
+        staged[count:, 3] = 1
+        staged[:count, 0] = token_ids
+        staged[:count, 1] = positions
+        staged[:count, 2] = slots
+        staged[:count, 3] = lengths
+        for row, table in enumerate(block_tables):
+            staged[row, 4 : 4 + len(table)] = table
+        self.inputs[:size].copy_(self.staging[:size], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
         if embeds is not None:
             self.embeds[:count].copy_(embeds)
         if self.capture:
@@ -146,5 +163,5 @@ class DecodeGraphs:
             out = self.outputs[size]
         else:
             out = self._forward(size)
-        hidden = tuple(h[:count] for h in out.hidden_states) if out.hidden_states is not None else None
+        hidden = tuple(h[:count] for h in out.hidden_states) if with_hidden else None
         return ModelOutputs(logits=out.logits[:count], hidden_states=hidden)

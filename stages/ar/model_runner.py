@@ -64,12 +64,12 @@ class ModelRunner:
         packed = self._pack(batch)
         wants_hidden = any(seq.hidden_layers for seq, _, _ in packed.owners)
         needs_embeds = self.adapter.always_embed or any(
-            seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
+            seq.embeds_segments and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
         )
-        decode_only = batch.num_decodes == len(batch.work)
+        decode_only = len(packed.owners) == len(packed.token_ids)
         graph_ready = self.graphs is not None and decode_only and self.graphs.fits(len(batch.work))
         if graph_ready and (self.graphs.takes_embeds or not needs_embeds):
-            outputs = self._run_graph(packed)
+            outputs = self._run_graph(packed, wants_hidden)
         else:
             outputs = self._run_eager(packed, batch.num_decodes, wants_hidden, needs_embeds)
         result = StepResult(logits=outputs.logits if packed.sampling else None, sampling=packed.sampling)
@@ -78,6 +78,8 @@ class ModelRunner:
         return result
 
     def _pack(self, batch: ScheduledBatch) -> _Packed:
+        if batch.num_decodes == len(batch.work):
+            return self._pack_decodes(batch)
         packed = _Packed()
         block_size = self.block_manager.block_size
         for seq, count in batch.work:
@@ -95,6 +97,25 @@ class ModelRunner:
             packed.owners.append((seq, start, count))
             if end == seq.num_tokens and seq.input_finished:
                 packed.logits_rows.append(row + count - 1)
+                packed.sampling.append(seq)
+        return packed
+
+    def _pack_decodes(self, batch: ScheduledBatch) -> _Packed:
+        """`_pack` for a batch of single-token work only (the common decode step), in bulk."""
+        size = self.block_manager.block_size
+        seqs = [seq for seq, _ in batch.work]
+        starts = [seq.num_computed_tokens for seq in seqs]
+        packed = _Packed(
+            token_ids=[seq.token_ids[start] for seq, start in zip(seqs, starts, strict=True)],
+            positions=[start + seq.position_delta for seq, start in zip(seqs, starts, strict=True)],
+            slots=[
+                seq.block_table[start // size] * size + start % size for seq, start in zip(seqs, starts, strict=True)
+            ],
+            owners=[(seq, start, 1) for seq, start in zip(seqs, starts, strict=True)],
+        )
+        for row, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
+            if start + 1 == len(seq.token_ids) and seq.input_finished:
+                packed.logits_rows.append(row)
                 packed.sampling.append(seq)
         return packed
 
@@ -126,13 +147,16 @@ class ModelRunner:
             inputs.input_ids = None
         return self.adapter.forward(inputs)
 
-    def _run_graph(self, packed: _Packed) -> ModelOutputs:
-        tables, lengths = self._block_tables(packed.owners)
+    def _run_graph(self, packed: _Packed, wants_hidden: bool) -> ModelOutputs:
+        tables = [seq.block_table for seq, _, _ in packed.owners]
+        lengths = [start + 1 for _, start, _ in packed.owners]
         embeds = None
         if self.graphs.takes_embeds:
             token_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
             embeds = self._embeddings(token_ids, self._graph_inputs(packed))
-        outputs = self.graphs.run(packed.token_ids, packed.positions, packed.slots, tables, lengths, embeds)
+        outputs = self.graphs.run(
+            packed.token_ids, packed.positions, packed.slots, lengths, tables, embeds, with_hidden=wants_hidden
+        )
         if len(packed.logits_rows) != len(packed.owners):
             outputs.logits = outputs.logits[packed.logits_rows]
         return outputs

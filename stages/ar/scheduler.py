@@ -58,6 +58,7 @@ class Scheduler:
         return batch
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
+        block_manager, work = self.block_manager, batch.work
         for seq in list(self.running):
             if seq.status is not SequenceStatus.RUNNING:
                 continue  # preempted earlier in this loop
@@ -66,15 +67,17 @@ class Scheduler:
                 count = min(count, budget)
             if count <= 0:
                 continue
-            while not self.block_manager.can_allocate(seq, count):
+            needed = block_manager.blocks_needed(seq, count)
+            while needed > block_manager.num_free_blocks:
                 victim = self.running[-1]
                 self.preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
                     break
             else:
-                self.block_manager.allocate(seq, count)
-                batch.work.append((seq, count))
+                if needed:
+                    block_manager.allocate(seq, count)
+                work.append((seq, count))
                 budget -= count
         return budget
 

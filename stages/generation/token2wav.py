@@ -16,11 +16,22 @@ Chunks: the DiT's attention sees one 24-frame block ahead/behind per layer, but 
 chunk exact. A chunk [s, e) is decoded from codes [a, e + lookahead) with a = s - left_context
 rounded down to a DiT block (so block boundaries align with the whole decode) and the noise
 rows of exactly those positions; its audio is the window's samples for [s, e). The difference
-from the whole decode is bounded in tests/stages/omni/test_omni_token2wav_chunks.py.
+from the whole decode is bounded in tests/stages/omni/test_omni_streaming.py.
+
+One window decode is ~36 DiT evaluations plus BigVGAN: tens of thousands of small kernels, so
+on a GPU it is bound by launching them. With `cuda_graphs` (on by default on CUDA) the ODE of
+each window shape (batch, codes) is captured in a CUDA graph the first time it is decoded (that
+decode costs about twice an eager one), sharing one memory pool, and replayed from then on;
+`max_graphs` bounds how many shapes are kept (least recently used first out). Batches above
+`max_graph_batch` (4) run eagerly: there the arithmetic dominates and a graph gains nothing. The ODE loop has no host syncs (transformers' `RungeKutta4ODESolver` steps, without its
+interpolation checks), and the speaker encoder (ECAPA, which syncs) runs once per decode before
+it, so eager and captured decodes compute the same thing. BigVGAN stays eager (it ends on the CPU).
 """
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +40,8 @@ import numpy as np
 from stages.errors import InvalidRequest
 from stages.generation.engine import Window
 from stages.protocol import StageRequest
+
+logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
 MEL_SAMPLES = 240
@@ -50,6 +63,9 @@ class Token2WavDecoder:
         num_steps: int = 10,
         guidance_scale: float = 0.5,
         sway: float = -1.0,
+        cuda_graphs: bool = True,
+        max_graphs: int = 128,
+        max_graph_batch: int = 4,
     ):
         self.module = module
         self.dit = module.code2wav_dit_model
@@ -63,6 +79,9 @@ class Token2WavDecoder:
         self.lookahead = lookahead
         self.num_steps, self.guidance_scale, self.sway = num_steps, guidance_scale, sway
         self.num_codes = self.dit.config.num_embeds
+        self.graphs = (
+            WindowGraphs(self._sample, max_graphs, max_graph_batch) if cuda_graphs and _is_cuda(device) else None
+        )
 
     def open(self, request: StageRequest) -> Any:
         import torch
@@ -101,8 +120,10 @@ class Token2WavDecoder:
                 for w, (a, b) in zip(windows, spans, strict=False)
             ]
         )
-        with torch.no_grad(), _speaker_encoder_cached(self.dit):
-            mel = self._sample(cond, ref_mel, codes, noise)
+        with torch.no_grad():
+            speaker = self._speaker_features(ref_mel)
+            sample = self.graphs.run if self.graphs is not None else self._sample
+            mel = sample(cond, ref_mel, codes, noise, speaker)
             wavs = [
                 self.bigvgan(mel[index : index + 1]).reshape(-1).float().cpu().numpy() for index in range(len(windows))
             ]
@@ -121,8 +142,20 @@ class Token2WavDecoder:
         end = window.end if window.final else window.end + self.lookahead
         return start, end
 
-    def _sample(self, cond, ref_mel, codes, initial_state):
-        """`Qwen2_5OmniToken2WavDiTModel.sample` with the initial noise given (its own draws it)."""
+    def _speaker_features(self, ref_mel):
+        """What the DiT's speaker encoder makes of the reference mel at every ODE evaluation (with
+        classifier-free guidance, the stacked conditioned and unconditioned halves)."""
+        import torch
+
+        encoder_input = ref_mel if self.guidance_scale < 1e-5 else torch.cat([ref_mel, torch.zeros_like(ref_mel)])
+        return self.dit.input_embed.spk_encoder(encoder_input)
+
+    def _sample(self, cond, ref_mel, codes, initial_state, speaker):
+        """`Qwen2_5OmniToken2WavDiTModel.sample` with the initial noise and the speaker encoding given."""
+        with _speaker_encoder_given(self.dit, speaker):
+            return self._integrate(cond, ref_mel, codes, initial_state)
+
+    def _integrate(self, cond, ref_mel, codes, initial_state):
         import torch
         from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
 
@@ -157,40 +190,105 @@ class Token2WavDecoder:
         times = torch.linspace(0, 1, self.num_steps, device=codes.device, dtype=conditioning.dtype)
         if self.sway is not None:
             times += self.sway * (torch.cos(torch.pi / 2 * times) - 1 + times)
-        trajectory = RungeKutta4ODESolver(function=ode_function, initial_value=initial_state).integrate(times)
-        return trajectory[-1].permute(0, 2, 1)
+        solver = RungeKutta4ODESolver(function=ode_function, initial_value=initial_state)
+        value = initial_state
+        for time_start, time_end in zip(times[:-1], times[1:], strict=True):
+            # `integrate()` without its interpolation (the time points rise strictly, so each step ends
+            # on the next one) and so without its host syncs; the last value is its last solution.
+            delta, _ = solver._compute_step(ode_function, time_start, time_end - time_start, time_end, value)
+            value = value + delta
+        return value.permute(0, 2, 1)
+
+
+class WindowGraphs:
+    """CUDA graphs of `decode(*tensors) -> tensor`, one per shape of the inputs; a shape that fails to
+    capture runs eagerly from then on."""
+
+    def __init__(self, decode, max_graphs: int, max_batch: int):
+        self.decode = decode
+        self.max_graphs = max(1, max_graphs)
+        self.max_batch = max_batch
+        self.graphs: OrderedDict[tuple, tuple] = OrderedDict()
+        self.pool = None
+        self.captures = 0
+        self.uncapturable: set[tuple] = set()
+
+    def run(self, *inputs):
+        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
+        entry = self.graphs.get(key)
+        if key in self.uncapturable or inputs[0].shape[0] > self.max_batch:
+            return self.decode(*inputs)
+        if entry is None:
+            output = self._warm_up(inputs)
+            try:
+                self._capture(key, inputs)
+            except Exception:
+                logger.exception("capturing a token2wav window of shape %s failed; it runs eagerly", key)
+                self.uncapturable.add(key)
+            return output
+        self.graphs.move_to_end(key)
+        graph, static_inputs, static_output = entry
+        for static, given in zip(static_inputs, inputs, strict=True):
+            static.copy_(given)
+        graph.replay()
+        return static_output.clone()
+
+    def _warm_up(self, inputs):
+        """The first decode of a shape runs eagerly on a side stream (as capture requires) and is the result."""
+        import torch
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            output = self.decode(*inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        return output
+
+    def _capture(self, key, inputs) -> None:
+        import torch
+
+        static_inputs = [t.clone() for t in inputs]
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the AR stages on other threads keep launching (and syncing) while this captures.
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            static_output = self.decode(*static_inputs)
+        self.pool = self.pool or graph.pool()
+        self.graphs[key] = (graph, static_inputs, static_output)
+        self.captures += 1
+        while len(self.graphs) > self.max_graphs:
+            self.graphs.popitem(last=False)
+
+
+def _is_cuda(device) -> bool:
+    return str(device).startswith("cuda")
 
 
 @contextmanager
-def _speaker_encoder_cached(dit):
+def _speaker_encoder_given(dit, features):
     """The DiT re-encodes the same reference mel (ECAPA) at every ODE evaluation; within one decode the
-    input never changes, so its output is computed once. Same op on the same input: identical results."""
+    input never changes, so the encoding computed once before (`_speaker_features`) stands in for it:
+    same op on the same input, identical results, and nothing in the ODE that syncs with the host."""
     encoder = dit.input_embed.spk_encoder
-    dit.input_embed.spk_encoder = _Memoized(encoder)
+    dit.input_embed.spk_encoder = _Given(features)
     try:
         yield
     finally:
         dit.input_embed.spk_encoder = encoder
 
 
-def _memoized_module():
+def _given_module():
     import torch
 
-    class Memoized(torch.nn.Module):
-        def __init__(self, inner):
+    class Given(torch.nn.Module):
+        def __init__(self, output):
             super().__init__()
-            self.inner = inner
-            self.last_input = None
-            self.last_output = None
+            self.output = output
 
         def forward(self, hidden_states):
-            previous = self.last_input
-            if previous is None or previous.shape != hidden_states.shape or not torch.equal(previous, hidden_states):
-                self.last_input, self.last_output = hidden_states, self.inner(hidden_states)
-            return self.last_output
+            return self.output
 
-    return Memoized
+    return Given
 
 
-def _Memoized(inner):  # noqa: N802 - a class built on first use keeps torch out of this module's import
-    return _memoized_module()(inner)
+def _Given(output):  # noqa: N802 - a class built on first use keeps torch out of this module's import
+    return _given_module()(output)

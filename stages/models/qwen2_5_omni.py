@@ -218,6 +218,7 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         max_frames=stage_deploy.max_length,
         left_context=int(options.get("token2wav_left_context", 48)),
         lookahead=int(options.get("token2wav_lookahead", 12)),
+        cuda_graphs=bool(options.get("token2wav_cuda_graphs", True)),
     )
     return GenerationEngine(decoder, stage_deploy, stage_id=2)
 
