@@ -26,7 +26,6 @@ from replica_testing import (
     status_events,
     unique,
     wait_state,
-    with_db,
 )
 
 from stages import streams
@@ -37,18 +36,6 @@ from workers.replica_host import ReplicaHost
 pytestmark = pytest.mark.timeout(120)
 
 WORDS = " ".join(f"w{index}" for index in range(200))
-
-
-@pytest.fixture(scope="module")
-def redis_url(redis_service) -> str:
-    return with_db(redis_service)
-
-
-@pytest.fixture(scope="module")
-def client(redis_url):
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    yield client
-    client.delete(streams.orchestrator_inbox())
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ import zlib
 
 import msgspec
 import pytest
-import redis
 from procs import wait_for
-from replica_testing import finished_output, heartbeat, outputs, send_request, start_host, unique, wait_state, with_db
+from replica_testing import finished_output, heartbeat, outputs, send_request, start_host, unique, wait_state
 
 from stages import streams
 from stages.connectors import owned_segments
@@ -26,18 +25,6 @@ pytestmark = pytest.mark.timeout(120)
 
 PAYLOAD_BYTES = 300_000
 CHAIN = echo_family.pipeline_named("chain")
-
-
-@pytest.fixture(scope="module")
-def redis_url(redis_service) -> str:
-    return with_db(redis_service)
-
-
-@pytest.fixture(scope="module")
-def client(redis_url):
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    yield client
-    client.delete(streams.orchestrator_inbox())
 
 
 class Chain:

@@ -26,7 +26,6 @@ from replica_testing import (
     status_events,
     unique,
     wait_state,
-    with_db,
 )
 
 from stages import streams
@@ -40,18 +39,6 @@ def celery_broker_url(redis_url: str) -> str:
     if redis_url.startswith("unix://"):
         return "redis+socket://" + redis_url.removeprefix("unix://")
     return redis_url
-
-
-@pytest.fixture(scope="module")
-def redis_url(redis_service) -> str:
-    return with_db(redis_service)
-
-
-@pytest.fixture(scope="module")
-def client(redis_url):
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    yield client
-    client.delete(streams.orchestrator_inbox())
 
 
 @pytest.fixture(scope="module")
