@@ -61,60 +61,50 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
-        packed = self._pack(batch)
+        num_decodes = batch.num_decodes
+        packed = self._pack(batch, num_decodes)
         wants_hidden = any(seq.hidden_layers for seq, _, _ in packed.owners)
         needs_embeds = self.adapter.always_embed or any(
-            seq.embeds_segments and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
+            seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
         )
-        decode_only = len(packed.owners) == len(packed.token_ids)
-        graph_ready = self.graphs is not None and decode_only and self.graphs.fits(len(batch.work))
+        decode_only = num_decodes == len(batch.work)
+        graph_ready = self.graphs is not None and decode_only and self.graphs.fits(num_decodes)
         if graph_ready and (self.graphs.takes_embeds or not needs_embeds):
             outputs = self._run_graph(packed, wants_hidden)
         else:
-            outputs = self._run_eager(packed, batch.num_decodes, wants_hidden, needs_embeds)
+            outputs = self._run_eager(packed, num_decodes, wants_hidden, needs_embeds)
         result = StepResult(logits=outputs.logits if packed.sampling else None, sampling=packed.sampling)
         if wants_hidden:
             result.hidden = self._hidden_rows(packed, outputs.hidden_states)
         return result
 
-    def _pack(self, batch: ScheduledBatch) -> _Packed:
-        if batch.num_decodes == len(batch.work):
-            return self._pack_decodes(batch)
-        packed = _Packed()
-        block_size = self.block_manager.block_size
-        for seq, count in batch.work:
+    def _pack(self, batch: ScheduledBatch, num_decodes: int) -> _Packed:
+        """The single-token work (first in `batch.work`) in bulk, then each prompt chunk."""
+        packed = self._pack_decodes([seq for seq, _ in batch.work[:num_decodes]])
+        for seq, count in batch.work[num_decodes:]:
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + count
             row = len(packed.token_ids)
-            delta = seq.position_delta
-            if count == 1:  # the decode fast path
-                packed.token_ids.append(seq.token_ids[start])
-                packed.positions.append(start + delta)
-                packed.slots.append(seq.block_table[start // block_size] * block_size + start % block_size)
-            else:
-                packed.token_ids.extend(seq.token_ids[start:end])
-                packed.positions.extend(range(start + delta, end + delta))
-                packed.slots.extend(self.block_manager.slots(seq, start, end))
+            packed.token_ids.extend(seq.token_ids[start:end])
+            packed.positions.extend(range(start + seq.position_delta, end + seq.position_delta))
+            packed.slots.extend(self.block_manager.slots(seq, start, end))
             packed.owners.append((seq, start, count))
             if end == seq.num_tokens and seq.input_finished:
                 packed.logits_rows.append(row + count - 1)
                 packed.sampling.append(seq)
         return packed
 
-    def _pack_decodes(self, batch: ScheduledBatch) -> _Packed:
-        """`_pack` for a batch of single-token work only (the common decode step), in bulk."""
+    def _pack_decodes(self, seqs: list[Sequence]) -> _Packed:
         size = self.block_manager.block_size
-        seqs = [seq for seq, _ in batch.work]
         starts = [seq.num_computed_tokens for seq in seqs]
+        pairs = list(zip(seqs, starts, strict=True))
         packed = _Packed(
-            token_ids=[seq.token_ids[start] for seq, start in zip(seqs, starts, strict=True)],
-            positions=[start + seq.position_delta for seq, start in zip(seqs, starts, strict=True)],
-            slots=[
-                seq.block_table[start // size] * size + start % size for seq, start in zip(seqs, starts, strict=True)
-            ],
-            owners=[(seq, start, 1) for seq, start in zip(seqs, starts, strict=True)],
+            token_ids=[seq.token_ids[start] for seq, start in pairs],
+            positions=[start + seq.position_delta for seq, start in pairs],
+            slots=[seq.block_table[start // size] * size + start % size for seq, start in pairs],
+            owners=[(seq, start, 1) for seq, start in pairs],
         )
-        for row, (seq, start) in enumerate(zip(seqs, starts, strict=True)):
-            if start + 1 == len(seq.token_ids) and seq.input_finished:
+        for row, (seq, start) in enumerate(pairs):
+            if start + 1 == seq.num_tokens and seq.input_finished:
                 packed.logits_rows.append(row)
                 packed.sampling.append(seq)
         return packed
