@@ -21,9 +21,10 @@ from the whole decode is bounded in tests/stages/omni/test_omni_streaming.py.
 One window decode is ~36 DiT evaluations plus BigVGAN: tens of thousands of small kernels, so
 on a GPU it is bound by launching them. With `cuda_graphs` (on by default on CUDA) the ODE of
 each window shape (batch, codes) is captured in a CUDA graph the first time it is decoded (that
-decode costs about twice an eager one), sharing one memory pool, and replayed from then on;
+decode also pays for the capture), sharing one memory pool, and replayed from then on;
 `max_graphs` bounds how many shapes are kept (least recently used first out). Batches above
-`max_graph_batch` (4) run eagerly: there the arithmetic dominates and a graph gains nothing. The ODE loop has no host syncs (transformers' `RungeKutta4ODESolver` steps, without its
+`max_graph_batch` (4) run eagerly: there the arithmetic dominates and a graph gains nothing.
+The ODE loop has no host syncs (transformers' `RungeKutta4ODESolver` steps, without its
 interpolation checks), and the speaker encoder (ECAPA, which syncs) runs once per decode before
 it, so eager and captured decodes compute the same thing. BigVGAN stays eager (it ends on the CPU).
 """
@@ -210,14 +211,13 @@ class WindowGraphs:
         self.max_batch = max_batch
         self.graphs: OrderedDict[tuple, tuple] = OrderedDict()
         self.pool = None
-        self.captures = 0
         self.uncapturable: set[tuple] = set()
 
     def run(self, *inputs):
         key = tuple((tuple(t.shape), t.dtype) for t in inputs)
-        entry = self.graphs.get(key)
         if key in self.uncapturable or inputs[0].shape[0] > self.max_batch:
             return self.decode(*inputs)
+        entry = self.graphs.get(key)
         if entry is None:
             output = self._warm_up(inputs)
             try:
@@ -254,7 +254,6 @@ class WindowGraphs:
             static_output = self.decode(*static_inputs)
         self.pool = self.pool or graph.pool()
         self.graphs[key] = (graph, static_inputs, static_output)
-        self.captures += 1
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)
 
