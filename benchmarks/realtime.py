@@ -3,13 +3,20 @@ each speaking 5 turns in real time under server VAD, against each target deploym
 
     .venv/bin/python benchmarks/realtime.py [--targets echo-voice tiny-omni] [--sessions 1 4 16] [--turns 5]
         [--threads 1]
+    python3 benchmarks/realtime.py --targets omni-7b-shaped --device cuda --speech-wav hello.wav   # a GPU host
 
 Targets:
 - `echo-voice`: the echo stage streaming into a tone "voice" (no model: what the platform
   and the protocol cost);
 - `tiny-omni`: the tiny Qwen2.5-Omni (thinker -> talker -> code2wav, random weights, built
   with `stages.tiny` unless `--omni-model-dir` names one), replies kept short by the
-  deployment's per-stage sampling (thinker max_tokens 8, talker max_tokens 40 codes).
+  deployment's per-stage sampling (thinker max_tokens 8, talker max_tokens 40 codes);
+- `omni-7b-shaped`: the same pipeline and sampling over Qwen2.5-Omni-7B-shaped random bf16 weights
+  (`benchmarks/omni_pipeline.py`'s `build_7b_shaped`, saved with `save_pretrained` and loaded by
+  each replica host the usual way); it needs `--device cuda`.
+
+`--device cuda` puts every stage of the omni targets on the GPU (thinker and talker in bf16 with
+CUDA graphs, code2wav in float32, batches up to 16).
 
 `--threads` (default 1) sets OMP_NUM_THREADS for the platform's processes, the replica hosts
 included: each replica host otherwise takes torch's default of one thread per core, and the
@@ -17,8 +24,9 @@ omni deployment's three replica processes then oversubscribe a small machine (on
 the tiny omni's TTFP through serve() was 4.5x longer with `--threads 0`).
 
 Starts its own redis-server, Celery worker, orchestrator and daphne on a scratch SQLite
-database. Speech is espeak-ng's "hello, how are you" trimmed to its voiced samples,
-streamed in 100 ms appends at 1x real time, then silence until the answer is done.
+database. Speech is espeak-ng's "hello, how are you" (or the WAV `--speech-wav` names, for
+hosts without espeak-ng) trimmed to its voiced samples, streamed in 100 ms appends at 1x real
+time, then silence until the answer is done.
 Per turn, at the client:
 - after end of speech: from sending the append that carries the turn's last speech sample
   to the first `response.output_audio.delta`. It includes the server VAD's silence window
@@ -61,17 +69,31 @@ ANSWER_TIMEOUT_S = 300
 class Target:
     pipeline: str
     deploy_config: dict
-    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs
+    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs, or "7b-shaped"
 
 
+SHORT_REPLIES = {"stages": {"thinker": {"sampling": {"max_tokens": 8}}, "talker": {"sampling": {"max_tokens": 40}}}}
 TARGETS = {
     "echo-voice": Target("echo-voice", {}),
-    "tiny-omni": Target(
-        "qwen2_5_omni",
-        {"stages": {"thinker": {"sampling": {"max_tokens": 8}}, "talker": {"sampling": {"max_tokens": 40}}}},
-        checkpoint="qwen2_5_omni",
-    ),
+    "tiny-omni": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="qwen2_5_omni"),
+    "omni-7b-shaped": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="7b-shaped"),
 }
+GPU_STAGES = {
+    "thinker": {"dtype": "bfloat16", "kv_memory_mb": 8192},
+    "talker": {"dtype": "bfloat16", "kv_memory_mb": 4096},
+    "code2wav": {"dtype": "float32"},
+}
+
+
+def deploy_config_for(target: Target, device: str) -> dict:
+    """The target's DeployConfig with every stage of a model pipeline on `device`."""
+    if target.checkpoint is None or device == "cpu":
+        return target.deploy_config
+    stages = {
+        name: {**GPU_STAGES[name], "device": device, "max_batch": 16, **target.deploy_config["stages"].get(name, {})}
+        for name in GPU_STAGES
+    }
+    return {**target.deploy_config, "stages": stages}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -82,13 +104,14 @@ def percentile(values: list[float], q: float) -> float:
 # ---------------------------------------------------------------------- set-up
 
 
-def speech_samples(scratch: Path) -> np.ndarray:
-    """'hello, how are you' from espeak-ng at 24 kHz, or a 1.2 s voiced buzz without it."""
+def speech_samples(scratch: Path, wav: str | None) -> np.ndarray:
+    """'hello, how are you' from espeak-ng (or `wav`) at 24 kHz, or a 1.2 s voiced buzz without either."""
     from control_plane.realtime.resampling import resample
 
-    if shutil.which("espeak-ng"):
-        path = scratch / "hello.wav"
-        subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
+    if wav or shutil.which("espeak-ng"):
+        path = Path(wav) if wav else scratch / "hello.wav"
+        if not wav:
+            subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
         with wave.open(str(path), "rb") as reader:
             rate = reader.getframerate()
             pcm = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
@@ -105,6 +128,12 @@ def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None) -> 
     if omni_model_dir:
         return omni_model_dir
     models = scratch / "models"
+    if target.checkpoint == "7b-shaped":
+        out = models / "qwen2_5_omni_7b"
+        build = f"from benchmarks.omni_pipeline import build_7b_shaped; build_7b_shaped(Path({str(out)!r}), 'cuda')"
+        print("building the 7B-shaped checkpoint (random bf16 weights) ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-c", f"from pathlib import Path; {build}"], cwd=REPO, check=True)
+        return str(out)
     subprocess.run([sys.executable, "-m", "stages.tiny", str(models), "--only", target.checkpoint], cwd=REPO,
                    check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     return str(models / target.checkpoint)
@@ -138,7 +167,7 @@ def start_platform(var_dir: Path, threads: int) -> Platform:
         "OMNISTAGE_VAR_DIR": str(var_dir),
         "REDIS_URL": redis_server.url,
         "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-        "OMNISTAGE_HEARTBEAT_TTL": "3",
+        "OMNISTAGE_HEARTBEAT_TTL": os.environ.get("OMNISTAGE_HEARTBEAT_TTL", "3"),
         "DJANGO_SETTINGS_MODULE": "control_plane.settings",
     }
     env.pop("DATABASE_URL", None)
@@ -173,17 +202,20 @@ def start_platform(var_dir: Path, threads: int) -> Platform:
     return Platform(redis_server, procs, f"ws://127.0.0.1:{port}", secret, logs)
 
 
-def deploy(name: str, target: Target, model_dir: str):
-    from procs import wait_for
-
+def deploy(name: str, target: Target, model_dir: str, device: str):
     from control_plane.deployments.models import Deployment, Pipeline
     from control_plane.deployments.services import deployment_create
 
     deployment = deployment_create(
         name=name, pipeline=Pipeline.objects.get(name=target.pipeline), model_dir=model_dir,
-        deploy_config={**target.deploy_config, "max_queue": 4096},
+        deploy_config={**deploy_config_for(target, device), "max_queue": 4096},
     )  # fmt: skip
-    wait_for(lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=900, what=f"{name} RUNNING")
+    deadline = time.monotonic() + 900
+    while (state := Deployment.objects.get(pk=deployment.pk).state) != "RUNNING":
+        errors = [(r.stage, r.last_error) for r in deployment.replicas.all() if r.last_error]
+        if state == "ERROR" or errors or time.monotonic() > deadline:
+            raise SystemExit(f"{name} did not reach RUNNING (state {state}, replica errors {errors})")
+        time.sleep(0.5)
     return Deployment.objects.select_related("pipeline").get(pk=deployment.pk)
 
 
@@ -382,17 +414,17 @@ def ms(value: float) -> str:
 def report(rows: list[Row], speech: np.ndarray, args) -> None:
     turns, silence_ms = args.turns, args.silence_ms
     threads = f"{args.threads} torch thread(s) per process" if args.threads else "torch's default threads"
-    print(f"\n{turns} turns per session; {threads}; speech {speech.size / RATE:.2f} s streamed at 1x in {CHUNK_MS} ms appends; "
+    print(f"\non {args.device}; {turns} turns per session; {threads}; speech {speech.size / RATE:.2f} s streamed at 1x in {CHUNK_MS} ms appends; "
           f"server VAD silence window {silence_ms} ms")  # fmt: skip
     print("first audio delta after: (A) the append carrying the last speech sample was sent; "
           "(B) the server's speech_stopped was received")  # fmt: skip
     print("(B) of turn 1 against serve()'s TTFP: both prompts hold one user clip; later turns carry the history")
-    print("target      sessions | (A) p50 / p95 ms  | (B) p50 / p95 ms  | (B) turn 1 p50 ms | serve() TTFP p50 ms "
+    print("target         sessions | (A) p50 / p95 ms  | (B) p50 / p95 ms  | (B) turn 1 p50 ms | serve() TTFP p50 ms "
           "| ratio | RTF p50 | held  | wall s")  # fmt: skip
     for row in rows:
         f = row.figures
         base_p50, first_p50 = percentile(row.baseline, 0.5), percentile(f.first_turn_after_stop, 0.5)
-        print(f"{row.target:11s} {row.sessions:8d} | {ms(percentile(f.after_speech, 0.5))} / "
+        print(f"{row.target:14s} {row.sessions:5d} | {ms(percentile(f.after_speech, 0.5))} / "
               f"{ms(percentile(f.after_speech, 0.95))} | {ms(percentile(f.after_stop, 0.5))} / "
               f"{ms(percentile(f.after_stop, 0.95))} | {ms(first_p50):>17s} | {ms(base_p50):>19s} | "
               f"{first_p50 / base_p50:4.2f}x | {percentile(f.rtf, 0.5):7.2f} | {row.held:2d}/{row.sessions:<2d} | "
@@ -425,21 +457,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads per process (OMP_NUM_THREADS); 0: torch's default, every core")  # fmt: skip
     parser.add_argument(
-        "--omni-model-dir", help="a Qwen2.5-Omni checkpoint for tiny-omni (default: build the tiny one)"
+        "--omni-model-dir", help="a Qwen2.5-Omni checkpoint for the omni target (default: build the target's one)"
     )
+    parser.add_argument("--device", default="cpu", help="the omni targets' device: cpu, cuda or cuda:N")
+    parser.add_argument("--speech-wav", help="the user's speech as a WAV file (default: espeak-ng's)")
     args = parser.parse_args()
+    if "omni-7b-shaped" in args.targets and args.device == "cpu":
+        raise SystemExit("omni-7b-shaped needs --device cuda")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        speech = speech_samples(scratch)
+        speech = speech_samples(scratch, args.speech_wav)
         platform = start_platform(scratch, args.threads)
         try:
             for name in args.targets:
                 target = TARGETS[name]
-                deployment = deploy(name, target, model_dir_for(target, scratch, args.omni_model_dir))
+                deployment = deploy(name, target, model_dir_for(target, scratch, args.omni_model_dir), args.device)
                 rows += measure(platform, name, deployment, speech, args)
         except BaseException:
-            print((platform.logs / "web.log").read_text()[-5000:])
+            for log in ("web.log", "worker.log", "orchestrator.log"):
+                print(f"--- {log}:\n" + (platform.logs / log).read_text()[-4000:])
             raise
         finally:
             platform.stop()
