@@ -69,14 +69,15 @@ ANSWER_TIMEOUT_S = 300
 class Target:
     pipeline: str
     deploy_config: dict
-    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs, or "7b-shaped"
+    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs, or SEVEN_B_SHAPED
 
 
+SEVEN_B_SHAPED = "7b-shaped"  # benchmarks/omni_pipeline.py's build_7b_shaped (needs a GPU)
 SHORT_REPLIES = {"stages": {"thinker": {"sampling": {"max_tokens": 8}}, "talker": {"sampling": {"max_tokens": 40}}}}
 TARGETS = {
     "echo-voice": Target("echo-voice", {}),
     "tiny-omni": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="qwen2_5_omni"),
-    "omni-7b-shaped": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="7b-shaped"),
+    "omni-7b-shaped": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint=SEVEN_B_SHAPED),
 }
 GPU_STAGES = {
     "thinker": {"dtype": "bfloat16", "kv_memory_mb": 8192},
@@ -108,10 +109,10 @@ def speech_samples(scratch: Path, wav: str | None) -> np.ndarray:
     """'hello, how are you' from espeak-ng (or `wav`) at 24 kHz, or a 1.2 s voiced buzz without either."""
     from control_plane.realtime.resampling import resample
 
-    if wav or shutil.which("espeak-ng"):
-        path = Path(wav) if wav else scratch / "hello.wav"
-        if not wav:
-            subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
+    path = Path(wav) if wav else scratch / "hello.wav"
+    if not wav and shutil.which("espeak-ng"):
+        subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
+    if wav or path.exists():  # a named WAV that is missing fails here, not silently
         with wave.open(str(path), "rb") as reader:
             rate = reader.getframerate()
             pcm = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
@@ -122,15 +123,15 @@ def speech_samples(scratch: Path, wav: str | None) -> np.ndarray:
     return (0.3 * np.sign(np.sin(2 * np.pi * 140 * t))).astype(np.float32)
 
 
-def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None) -> str:
+def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None, device: str) -> str:
     if target.checkpoint is None:
         return "-"
     if omni_model_dir:
         return omni_model_dir
     models = scratch / "models"
-    if target.checkpoint == "7b-shaped":
+    if target.checkpoint == SEVEN_B_SHAPED:
         out = models / "qwen2_5_omni_7b"
-        build = f"from benchmarks.omni_pipeline import build_7b_shaped; build_7b_shaped(Path({str(out)!r}), 'cuda')"
+        build = f"from benchmarks.omni_pipeline import build_7b_shaped; build_7b_shaped(Path({str(out)!r}), {device!r})"
         print("building the 7B-shaped checkpoint (random bf16 weights) ...", file=sys.stderr, flush=True)
         subprocess.run([sys.executable, "-c", f"from pathlib import Path; {build}"], cwd=REPO, check=True)
         return str(out)
@@ -462,7 +463,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="the omni targets' device: cpu, cuda or cuda:N")
     parser.add_argument("--speech-wav", help="the user's speech as a WAV file (default: espeak-ng's)")
     args = parser.parse_args()
-    if "omni-7b-shaped" in args.targets and args.device == "cpu":
+    if args.device == "cpu" and any(TARGETS[name].checkpoint == SEVEN_B_SHAPED for name in args.targets):
         raise SystemExit("omni-7b-shaped needs --device cuda")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch_dir:
@@ -472,7 +473,8 @@ def main() -> None:
         try:
             for name in args.targets:
                 target = TARGETS[name]
-                deployment = deploy(name, target, model_dir_for(target, scratch, args.omni_model_dir), args.device)
+                model_dir = model_dir_for(target, scratch, args.omni_model_dir, args.device)
+                deployment = deploy(name, target, model_dir, args.device)
                 rows += measure(platform, name, deployment, speech, args)
         except BaseException:
             for log in ("web.log", "worker.log", "orchestrator.log"):
