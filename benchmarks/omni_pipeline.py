@@ -85,6 +85,16 @@ def build_7b_shaped(out: Path, device: str, code2wav_dtype: str = "float32") -> 
     return out
 
 
+def reuse_or_build(args, root: Path) -> Path:
+    """The checkpoint of `args.model` under `root`: built there unless an earlier run left it."""
+    kind = "qwen2_5_omni_7b" if args.model == "7b-shaped" else args.family
+    saved = root / kind
+    if (saved / "config.json").exists() and any(saved.glob("*.safetensors")):
+        print(f"reusing the checkpoint in {saved}", flush=True)
+        return saved
+    return build_model(args.model, args.family, root, args.device, args.code2wav_dtype)
+
+
 def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_codes: int, repeats: int) -> list[dict]:
     import torch
 
@@ -136,7 +146,6 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "max_batch": 8,
         "max_length": 1024 if n_text + n_codes < 900 else 4096,
         "kv_memory_mb": 4096 if args.device.startswith("cuda") else 256,
-        "options": {"compile": args.compile},
     }
     code2wav = {
         "device": args.device,
@@ -146,7 +155,8 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "first_chunk_size": args.first_chunk,
         "async_chunk_size": args.chunk,
     }
-    return {"stages": {"thinker": ar, "talker": ar, "code2wav": code2wav}}
+    stages = {name: {**ar, "options": {"compile": name in args.compile}} for name in ("thinker", "talker")}
+    return {"stages": {**stages, "code2wav": code2wav}}
 
 
 async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) -> None:
@@ -211,16 +221,27 @@ def main() -> None:
     parser.add_argument("--code2wav-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--first-chunk", type=int, default=5, help="codec frames of the first audio chunk")
     parser.add_argument("--chunk", type=int, default=25, help="codec frames of every later audio chunk")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the AR decode graphs")
+    parser.add_argument(
+        "--compile",
+        nargs="*",
+        choices=["thinker", "talker"],
+        help="torch.compile the decode graphs of these AR stages (no names: both)",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
+    parser.add_argument(
+        "--model-dir",
+        help="keep the built checkpoint under this folder and reuse it on later runs (default: a temp dir)",
+    )
     args = parser.parse_args()
+    args.compile = [] if args.compile is None else args.compile or ["thinker", "talker"]
     import torch
 
     torch.set_num_threads(args.threads)
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_model(args.model, args.family, Path(tmp), args.device, args.code2wav_dtype)
+        root = Path(args.model_dir) if args.model_dir else Path(tmp)
+        model_dir = reuse_or_build(args, root)
         base = None
         if not args.skip_hf:
             hf = transformers_run(model_dir, args.family, args.device, args.text, args.codes, args.repeats)

@@ -11,5 +11,20 @@ def get_redis(*, timeout: float = 2.0) -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
+def shared_redis(url: str, *, timeout: float = 2.0) -> redis.Redis:
+    """A client that threads of one process share: at most REDIS_POOL_SIZE connections, and a
+    command waits up to REDIS_POOL_TIMEOUT_S for a free one (redis-py's own pool raises instead,
+    from 100 connections on since redis-py 8)."""
+    pool = redis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=settings.REDIS_POOL_SIZE,
+        timeout=settings.REDIS_POOL_TIMEOUT_S,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        health_check_interval=30,
+    )
+    return redis.Redis(connection_pool=pool)
+
+
 def get_async_redis(*, timeout: float | None = None) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=5)

@@ -61,6 +61,8 @@ try:
     VISIBILITY_TIMEOUT_S = env_int("OMNISTAGE_VISIBILITY_TIMEOUT_S", 3600, minimum=1)
     DB_POOL_SIZE = env_int("OMNISTAGE_DB_POOL_SIZE", 10, minimum=1)
     DB_POOL_TIMEOUT_S = env_float("OMNISTAGE_DB_POOL_TIMEOUT_S", 30.0, minimum=0.1)
+    REDIS_POOL_SIZE = env_int("OMNISTAGE_REDIS_POOL_SIZE", 64, minimum=1)
+    REDIS_POOL_TIMEOUT_S = env_float("OMNISTAGE_REDIS_POOL_TIMEOUT_S", 10.0, minimum=0.1)
     WEB_HOST = env_str("OMNISTAGE_HOST", "127.0.0.1")
     WEB_PORT = env_int("OMNISTAGE_PORT", 8000, minimum=1)
     WORKER_POOLS = env_list("OMNISTAGE_POOLS", ["cpu"])

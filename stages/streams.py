@@ -62,6 +62,11 @@ def request_output(request_id: str) -> str:
     return f"{PREFIX}:stream:request:{request_id}"
 
 
+def client_replies(client: str) -> str:
+    """The client messages of every request one serving client submitted with `reply_to` (one reader)."""
+    return f"{PREFIX}:stream:replies:{client}"
+
+
 def request_state(request_id: str) -> str:
     return f"{PREFIX}:request:{request_id}"
 

@@ -12,6 +12,7 @@ from functools import lru_cache
 import redis
 from django.conf import settings
 
+from control_plane.redis_client import shared_redis
 from stages import streams
 
 
@@ -44,7 +45,7 @@ def login_failures_from_ip(ip: str) -> str:
 
 @lru_cache(maxsize=8)
 def _client_for(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=30)
+    return shared_redis(url)
 
 
 def client() -> redis.Redis:

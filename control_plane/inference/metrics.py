@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from control_plane.deployments.metrics import ConnectorCollector
-from control_plane.redis_client import get_redis
+from control_plane.redis_client import get_redis, shared_redis
 from stages import streams
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, math.inf)
@@ -74,7 +74,7 @@ def _pooled() -> redis.Redis:
 
     url = settings.REDIS_URL
     if url not in _clients:
-        _clients[url] = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        _clients[url] = shared_redis(url)
     return _clients[url]
 
 

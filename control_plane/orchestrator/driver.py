@@ -4,7 +4,8 @@ Inputs, all through consumer groups (at-least-once, acknowledged after processin
 - the orchestrator inbox: client events (Submit, Cancel, InputChunk) and replica status;
 - one output stream per deployment: the StageOutputs its replicas publish.
 
-Outputs: stage requests and aborts onto replica input streams, client outputs onto one
+Outputs: stage requests and aborts onto replica input streams, client outputs onto the
+stream the request's client reads (`Submit.reply_to`, shared by its requests) or else one
 stream per request. Request state lives in Redis (one key per request, versioned), so an
 orchestrator can be restarted and two can run at once: each event is handled under a
 per-request lock after reloading that request's state if another orchestrator changed it.
@@ -304,8 +305,12 @@ class RedisOrchestrator:
                 if warming is not None:
                     self._warmup_result(action, warming)
                     continue
-                key = streams.request_output(action.request_id)
-                pipe.xadd(key, wire.client_message(action))
+                if action.reply_to is None:
+                    key = streams.request_output(action.request_id)
+                    pipe.xadd(key, wire.client_message(action))
+                else:
+                    key = action.reply_to
+                    pipe.xadd(key, wire.reply_message(action), maxlen=wire.REPLY_STREAM_MAXLEN, approximate=True)
                 pipe.expire(key, ttl)
 
     def _queue_releases(self, pipe, action: Discard) -> None:

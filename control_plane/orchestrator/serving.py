@@ -17,12 +17,11 @@ import redis
 import redis.asyncio
 
 from control_plane.orchestrator import wire
+from control_plane.orchestrator.replies import LOST, reader_for
 from control_plane.redis_client import get_async_redis
 from stages import streams
 from stages.orchestrator import Cancel, InputChunk, Submit
 from stages.protocol import SamplingParams, StageError, StageRequest
-
-POLL_BLOCK_MS = 1000
 
 
 class ServingUnavailable(Exception):
@@ -34,8 +33,12 @@ async def submit(
     deployment_id: str,
     request: StageRequest,
     sampling: dict[str, SamplingParams] | None = None,
+    reply_to: str | None = None,
 ) -> None:
-    event = Submit(deployment_id=deployment_id, request=request, sampling=sampling or {}, at=time.time())
+    """Submit one request; its client messages go onto `reply_to`, or its own output stream."""
+    event = Submit(
+        deployment_id=deployment_id, request=request, sampling=sampling or {}, reply_to=reply_to, at=time.time()
+    )
     await client.xadd(streams.orchestrator_inbox(), wire.encode_event(event))
 
 
@@ -59,49 +62,54 @@ async def serve(
 ) -> AsyncIterator[wire.ClientMessage]:
     """Submit and yield the request's client messages until it completes or fails.
 
+    The messages come through the client's reply reader (`replies.py`): pass one client
+    for many requests (one per event loop) and they share one Submit pipeline and one read.
     `idle_timeout_s` bounds the wait for the next message (the orchestrator's per-hop
     timeouts fire first; this guards against a dead orchestrator). Leaving the loop
     early cancels the request.
     """
     own_client = client is None
     client = client or get_async_redis()
-    key = streams.request_output(request.request_id)
+    reader = reader_for(client)
+    queue = reader.register(request.request_id)
     ended = False
     seen: set[tuple[int, int]] = set()
     try:
+        event = Submit(
+            deployment_id=deployment_id,
+            request=request,
+            sampling=sampling or {},
+            reply_to=reader.stream,
+            at=time.time(),
+        )
         try:
-            await submit(client, deployment_id, request, sampling)
+            await reader.send(wire.encode_event(event))
         except redis.RedisError as error:
             raise ServingUnavailable(f"the platform's Redis is unavailable: {error}") from None
-        last_id = "0"
-        idle_since = time.monotonic()
         while True:
             try:
-                # short blocks: clients may carry a socket timeout shorter than idle_timeout_s
-                entries = await client.xread({key: last_id}, count=64, block=POLL_BLOCK_MS)
-            except redis.RedisError as error:
-                raise ServingUnavailable(f"lost the platform's Redis mid-request: {error}") from None
-            if not entries:
-                if time.monotonic() - idle_since > idle_timeout_s:
-                    raise ServingUnavailable(f"no output for {idle_timeout_s:.0f} s; the request was cancelled")
-                continue
-            idle_since = time.monotonic()
-            for entry_id, fields in entries[0][1]:
-                last_id = entry_id
-                message = wire.decode_client_message(fields)
-                if message.output is not None:
-                    mark = (message.output.stage_id, message.output.seq)
-                    if mark in seen:
-                        continue  # a redelivery after an orchestrator restart
-                    seen.add(mark)
-                yield message
-                if message.kind in ("complete", "fail"):
-                    ended = True
-                    return
+                async with asyncio.timeout(idle_timeout_s):
+                    fields = await queue.get()
+            except TimeoutError:
+                raise ServingUnavailable(f"no output for {idle_timeout_s:.0f} s; the request was cancelled") from None
+            if fields is LOST:
+                raise ServingUnavailable(f"lost the platform's Redis mid-request: {reader.failure}")
+            message = wire.decode_client_message(fields)
+            if message.output is not None:
+                mark = (message.output.stage_id, message.output.seq)
+                if mark in seen:
+                    continue  # a redelivery after an orchestrator restart
+                seen.add(mark)
+            yield message
+            if message.kind in ("complete", "fail"):
+                ended = True
+                return
     finally:
+        reader.unregister(request.request_id)
         if not ended:
             await _cancel_on_a_fresh_connection(client, request.request_id)
         if own_client:
+            reader.close()
             await client.aclose()
 
 

@@ -13,6 +13,8 @@ from stages.protocol import SamplingParams, StageError, StageOutput, StageReques
 ClientEvent = Submit | Cancel | InputChunk
 WARMUP_STAGE_TOKENS = 16
 WARMUP_PREFIX = "warmup-"
+REPLY_STREAM_MAXLEN = 100_000
+"""A reply stream's reader falling this many messages behind has lost the oldest."""
 _event_encoder = msgspec.msgpack.Encoder()
 _event_decoder = msgspec.msgpack.Decoder(ClientEvent)
 _output_decoder = msgspec.msgpack.Decoder(StageOutput)
@@ -44,6 +46,11 @@ def client_message(action: Emit | Complete | Fail) -> dict[str, bytes]:
         "error": _event_encoder.encode(action.error),
         "summary": _event_encoder.encode(action.summary),
     }
+
+
+def reply_message(action: Emit | Complete | Fail) -> dict[str, bytes | str]:
+    """`client_message` tagged with its request id, for a reply stream that several requests share."""
+    return {**client_message(action), "request": action.request_id}
 
 
 class ClientMessage(msgspec.Struct, kw_only=True):

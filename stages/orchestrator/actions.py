@@ -37,23 +37,27 @@ class SendAbort(Action, kw_only=True):
     request_id: str
 
 
-class Emit(Action, kw_only=True):
-    """A client-visible output, in order per stage, with the client's request id."""
+class ClientAction(Action, kw_only=True):
+    """Something for the client of `request_id`, to go onto its `reply_to` stream (see `Submit`)."""
 
     request_id: str
+    reply_to: str | None = None
+
+
+class Emit(ClientAction, kw_only=True):
+    """A client-visible output, in order per stage, with the client's request id."""
+
     output: StageOutput
 
 
-class Complete(Action, kw_only=True):
-    request_id: str
+class Complete(ClientAction, kw_only=True):
     summary: RequestSummary
 
 
-class Fail(Action, kw_only=True):
+class Fail(ClientAction, kw_only=True):
     """The request ended without completing: bad input, engine error, timeout, cancellation
     (`error.type == "cancelled"`), or admission (`error.code == "queue_full"`)."""
 
-    request_id: str
     error: StageError
     summary: RequestSummary
 

@@ -197,13 +197,14 @@ class Orchestrator:
         deployment = self.deployments.get(event.deployment_id)
         if deployment is None:
             error = StageError(message=f"unknown deployment {event.deployment_id!r}", code="unknown_deployment")
-            return [Fail(request_id=request_id, error=error, summary=RequestSummary())]
+            return [Fail(request_id=request_id, reply_to=event.reply_to, error=error, summary=RequestSummary())]
         limit = deployment.deploy.max_queue
         if self.in_flight(event.deployment_id) >= limit:
             message = f"deployment {event.deployment_id} is at its limit of {limit} requests in flight (max_queue)"
             return [
                 Fail(
                     request_id=request_id,
+                    reply_to=event.reply_to,
                     error=StageError(message=message, code="queue_full"),
                     summary=RequestSummary(),
                 )
@@ -213,6 +214,7 @@ class Orchestrator:
             deployment_id=event.deployment_id,
             entry=event.request,
             sampling=event.sampling,
+            reply_to=event.reply_to,
             submitted_at=event.at,
             stages={stage.id: StageProgress(name=stage.name) for stage in deployment.pipeline.stages},
         )
@@ -309,7 +311,7 @@ class Orchestrator:
         if stage.output is not None:
             view = client_view(output, state.request_id, stage.output)
             if has_content(view) or view.params or view.finished:  # progress events carry params only
-                actions.append(Emit(request_id=state.request_id, output=view))
+                actions.append(Emit(request_id=state.request_id, reply_to=state.reply_to, output=view))
                 state.client_output_sent = state.client_output_sent or has_content(view) or view.finished
         for edge in graph.downstream[stage_id]:
             actions += self._forward(state, graph, edge.source, edge.target, edge.streaming, output, at)
@@ -398,7 +400,7 @@ class Orchestrator:
 
     def _complete(self, state: RequestState, at: float) -> list[Action]:
         actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))
-        actions.append(Complete(request_id=state.request_id, summary=summarize(state, at)))
+        actions.append(Complete(request_id=state.request_id, reply_to=state.reply_to, summary=summarize(state, at)))
         self._end(state)
         return actions
 
@@ -407,7 +409,9 @@ class Orchestrator:
         state.finish_reason = (
             "abort" if error.type == "cancelled" else "timeout" if error.type == "timeout_error" else "error"
         )
-        actions.append(Fail(request_id=state.request_id, error=error, summary=summarize(state, at)))
+        actions.append(
+            Fail(request_id=state.request_id, reply_to=state.reply_to, error=error, summary=summarize(state, at))
+        )
         self._end(state)
         return actions
 

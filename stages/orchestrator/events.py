@@ -53,6 +53,9 @@ class Submit(Event, kw_only=True):
     deployment_id: str
     request: StageRequest
     sampling: dict[str, SamplingParams] = {}
+    reply_to: str | None = None
+    """The stream the client reads this request's messages from, shared by its other requests
+    (None: the request's own output stream)."""
 
 
 class InputChunk(Event, kw_only=True):

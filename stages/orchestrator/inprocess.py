@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -66,18 +68,28 @@ class InProcessDriver:
         return cls(pipeline, deploy, build, **kwargs)
 
     async def start(self) -> None:
-        """Build every replica's engine (off the loop: loading is slow) and start stepping."""
+        """Build every replica's engine on its own thread (off the loop: loading is slow), one after
+        another, and start stepping."""
         self._loop = asyncio.get_running_loop()
         self._handle(
             DeploymentUp(deployment_id=DEPLOYMENT_ID, pipeline=self.pipeline, deploy=self.deploy, at=self.clock())
         )
         for stage in self.pipeline.stages:
             for index in range(self.deploy.for_stage(stage).replicas):
-                engine = await asyncio.to_thread(self.build_engine, stage.name)
                 replica_id = f"{stage.name}-{index}"
-                replica = ReplicaThread(replica_id, engine, self._deliver_threadsafe)
-                self.replicas[replica_id] = replica
+                replica = ReplicaThread(
+                    replica_id,
+                    functools.partial(self.build_engine, stage.name),
+                    self._deliver_threadsafe,
+                    cuda_device=_cuda_device(self.deploy.for_stage(stage).device),
+                )
                 replica.start()
+                try:
+                    await asyncio.wrap_future(replica.ready)  # one at a time: graph captures must not overlap
+                except BaseException:
+                    replica.stop()
+                    raise
+                self.replicas[replica_id] = replica
                 self._handle(
                     ReplicaUp(replica_id=replica_id, deployment_id=DEPLOYMENT_ID, stage=stage.name, at=self.clock())
                 )
@@ -152,3 +164,10 @@ class InProcessDriver:
             stream = self.streams.get(action.request_id)
             if stream is not None:
                 stream.put_nowait(action)
+
+
+def _cuda_device(device: str) -> str | None:
+    """The device of a stage whose replica thread gets its own CUDA stream (OMNISTAGE_REPLICA_STREAMS=0: none)."""
+    if not device.startswith("cuda") or os.environ.get("OMNISTAGE_REPLICA_STREAMS", "1") == "0":
+        return None
+    return device

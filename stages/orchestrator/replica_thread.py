@@ -1,15 +1,24 @@
-"""One engine stepped on its own thread, fed through an inbox (the in-process replica host).
+"""One engine built and stepped on its own thread, fed through an inbox (the in-process replica host).
 
 It takes `SendToReplica` / `SendAbort` actions, turns a failure in one request's input
 into an error output for that request, and a failing `step()` into error outputs for the
 requests the engine holds; the thread keeps serving either way.
+
+On a GPU every replica thread builds and runs its engine on its own CUDA stream. On the one
+default stream each host sync of one stage (a sampler reading its tokens, a copy to the host)
+would wait for everything the other stages queued before it: the talker's steps would wait
+for the thinker's and code2wav's graph replays. A thread syncs its stream before it hands
+outputs on, so whatever tensors they carry are complete; a CUDA tensor it receives is
+recorded on its stream, so the allocator of the sending stream does not reuse it too early.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from stages.engine import StageEngine
 from stages.errors import StageFailure
@@ -22,10 +31,22 @@ _STOP = object()
 class ReplicaThread:
     """One engine and the thread that steps it."""
 
-    def __init__(self, replica_id: str, engine: StageEngine, deliver: Callable[[str, list[StageOutput]], None]):
+    def __init__(
+        self,
+        replica_id: str,
+        build: Callable[[], StageEngine],
+        deliver: Callable[[str, list[StageOutput]], None],
+        *,
+        cuda_device: str | None = None,
+    ):
         self.replica_id = replica_id
-        self.engine = engine
+        self.build = build
+        self.engine: StageEngine | None = None
+        self.ready: concurrent.futures.Future = concurrent.futures.Future()
+        """Done once the engine is built (or failed to build: the exception)."""
         self.deliver = deliver
+        self.cuda_device = cuda_device
+        self.stream = None
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.active: dict[str, int] = {}
         """request id -> stage id of the requests this engine holds, to fail them if `step()` raises."""
@@ -37,9 +58,33 @@ class ReplicaThread:
     def stop(self) -> None:
         self.inbox.put(_STOP)
         self.thread.join(timeout=30)
-        self.engine.shutdown()
+        if self.engine is not None:
+            self.engine.shutdown()
 
     def _run(self) -> None:
+        with self._own_stream():
+            try:
+                self.engine = self.build()
+            except BaseException as error:
+                self.ready.set_exception(error)
+                return
+            self.ready.set_result(None)
+            self._serve()
+
+    @contextlib.contextmanager
+    def _own_stream(self) -> Iterator[None]:
+        if self.cuda_device is None:
+            yield
+            return
+        import torch
+
+        device = torch.device(self.cuda_device)
+        with torch.cuda.device(device):
+            self.stream = torch.cuda.Stream(device)
+            with torch.cuda.stream(self.stream):
+                yield
+
+    def _serve(self) -> None:
         while True:
             if not self._take_messages(block=not self.engine.has_unfinished()):
                 return
@@ -47,6 +92,8 @@ class ReplicaThread:
                 continue
             outputs = self._step()
             if outputs:
+                if self.stream is not None:
+                    self.stream.synchronize()  # the outputs' tensors are complete before another stream reads them
                 self.deliver(self.replica_id, outputs)
             elif not self._take_messages(block=True, timeout=0.002):
                 return  # requests wait for input chunks: block briefly instead of spinning
@@ -72,6 +119,8 @@ class ReplicaThread:
             self.active.pop(message.request_id, None)
             return
         request = message.request
+        if self.stream is not None:
+            _record_on(self.stream, request)
         try:
             if request.seq == 0:
                 self.engine.add_request(request)
@@ -106,3 +155,12 @@ class ReplicaThread:
             request_id=request_id, stage_id=stage_id, seq=0, finished=True, finish_reason="error", error=error
         )
         self.deliver(self.replica_id, [failed])
+
+
+def _record_on(stream, request) -> None:
+    """Mark the CUDA tensors a request brings as used by this stream (they were made on another)."""
+    import torch
+
+    for value in [request.inputs_embeds, *request.payloads.values()]:
+        if isinstance(value, torch.Tensor) and value.is_cuda:
+            value.record_stream(stream)

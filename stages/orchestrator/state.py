@@ -66,6 +66,7 @@ class RequestState(msgspec.Struct, kw_only=True):
     """The entry stage's request as submitted (replayed on re-route)."""
     entry_chunks: list[StageRequest] = []
     sampling: dict[str, SamplingParams] = {}
+    reply_to: str | None = None
     submitted_at: float
     attempt: int = 0
     stages: dict[int, StageProgress] = {}

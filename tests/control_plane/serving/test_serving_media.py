@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
 from PIL import Image
@@ -58,7 +59,11 @@ def images_and_video_jobs(serving_stack, tiny_diffusion):
     again = client.images.generate(
         model="tiny-image", prompt="a red square", size="64x32", extra_body={"seed": 7, **FAST}
     )
-    assert base64.b64decode(again.data[0].b64_json) == base64.b64decode(result.data[0].b64_json)  # seeded
+    # seeded: the same image up to one 8-bit level; the n=2 request ran as a batch of two, whose
+    # float sums round differently from this batch of one
+    alone = np.asarray(Image.open(io.BytesIO(base64.b64decode(again.data[0].b64_json))), dtype=int)
+    assert np.abs(alone - np.asarray(images[0], dtype=int)).max() <= 1
+    assert np.abs(alone - np.asarray(images[1], dtype=int)).max() > 16  # seed 8 is another image
 
     linked = client.images.generate(
         model="tiny-image", prompt="a blue circle", size="32x32", response_format="url", output_format="jpeg",

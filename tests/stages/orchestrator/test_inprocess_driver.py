@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from stages.config import load_deploy_config
 from stages.echo import family as echo_family
 from stages.orchestrator.actions import Complete, Emit, Fail
@@ -83,3 +85,43 @@ async def test_closing_the_driver_ends_requests_in_flight():
     await driver.close()
     events = await asyncio.wait_for(running, timeout=10)
     assert isinstance(events[-1], Fail) and "shut down" in events[-1].error.message
+
+
+async def test_each_engine_is_built_on_the_thread_that_steps_it_one_after_another():
+    """On a GPU a replica thread builds its engine under its own CUDA stream, so the build must
+    happen on that thread; builds must not overlap (graph captures would see each other's syncs)."""
+    import threading
+
+    from stages.models import load_stage_engine
+
+    builds, building = [], threading.Lock()
+    pipeline = echo_family.pipeline_named("chain")
+    deploy = load_deploy_config({"stages": {"echo": {"replicas": 2}}})
+
+    def build(stage_name):
+        assert building.acquire(blocking=False), "two engines were built at once"
+        try:
+            builds.append((stage_name, threading.current_thread().name))
+            return load_stage_engine(echo_family, stage_name, None, deploy.for_stage(pipeline.stage_named(stage_name)))
+        finally:
+            building.release()
+
+    driver = InProcessDriver(pipeline, deploy, build)
+    await driver.start()
+    try:
+        assert builds == [("echo", "replica-echo-0"), ("echo", "replica-echo-1"), ("echo2", "replica-echo2-0")]
+        events = await run(driver, "r1", "a b")
+        assert isinstance(events[-1], Complete)
+    finally:
+        await driver.close()
+
+
+async def test_an_engine_that_fails_to_build_fails_start_with_its_error():
+    def build(stage_name):
+        raise RuntimeError(f"no weights for {stage_name}")
+
+    driver = InProcessDriver(echo_family.pipeline, load_deploy_config({}), build)
+    with pytest.raises(RuntimeError, match="^no weights for echo$"):
+        await driver.start()
+    await driver.close()
+    assert driver.replicas == {}
