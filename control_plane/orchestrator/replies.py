@@ -38,6 +38,7 @@ class ReplyReader:
         self.queues: dict[str, asyncio.Queue] = {}
         self.failure: BaseException | None = None
         self._unsent: list[tuple[dict, asyncio.Future]] = []
+        self._sending: set[asyncio.Task] = set()
         self._task = self.loop.create_task(self._read_forever(), name=f"replies {self.stream}")
 
     # ------------------------------------------------------------------ requests
@@ -68,7 +69,9 @@ class ReplyReader:
 
     def _flush(self) -> None:
         batch, self._unsent = self._unsent, []
-        self.loop.create_task(self._send_batch(batch))
+        task = self.loop.create_task(self._send_batch(batch))
+        self._sending.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._sending.discard)
 
     async def _send_batch(self, batch: list[tuple[dict, asyncio.Future]]) -> None:
         try:

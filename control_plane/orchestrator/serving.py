@@ -28,20 +28,6 @@ class ServingUnavailable(Exception):
     """The platform cannot take or finish the request right now (Redis down, timeout)."""
 
 
-async def submit(
-    client: redis.asyncio.Redis,
-    deployment_id: str,
-    request: StageRequest,
-    sampling: dict[str, SamplingParams] | None = None,
-    reply_to: str | None = None,
-) -> None:
-    """Submit one request; its client messages go onto `reply_to`, or its own output stream."""
-    event = Submit(
-        deployment_id=deployment_id, request=request, sampling=sampling or {}, reply_to=reply_to, at=time.time()
-    )
-    await client.xadd(streams.orchestrator_inbox(), wire.encode_event(event))
-
-
 async def cancel(client: redis.asyncio.Redis, request_id: str, reason: str = "cancelled by the client") -> None:
     event = Cancel(request_id=request_id, reason=reason, at=time.time())
     await client.xadd(streams.orchestrator_inbox(), wire.encode_event(event))
@@ -117,9 +103,10 @@ CANCEL_TIMEOUT_S = 5.0
 
 
 async def _cancel_on_a_fresh_connection(client: redis.asyncio.Redis, request_id: str) -> None:
-    """Tell the orchestrator the client left, on a new connection to the same server: when the caller's
-    task was cancelled mid-XREAD, the stream's own connection still expects that reply, and a command
-    on it can wait forever. Bounded, and best effort: the orchestrator's timeouts end the request too."""
+    """Tell the orchestrator the client left, on a new connection to the same server: the client's own
+    pool may be the reason the request is leaving (exhausted, or a connection cut mid-command by a
+    cancellation, which then waits forever for its reply). Bounded, and best effort: the
+    orchestrator's timeouts end the request too."""
     pool = client.connection_pool
     fresh = redis.asyncio.Redis(
         connection_pool=redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs)

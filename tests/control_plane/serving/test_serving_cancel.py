@@ -1,5 +1,5 @@
-"""Leaving `serve()` while it waits for output tells the orchestrator at once, on a connection of its own:
-the stream's connection was cut mid-XREAD by the cancellation and must not be reused for the Cancel."""
+"""Leaving `serve()` while it waits for output tells the orchestrator at once, on a connection of its own
+(the client's pool may be why it is leaving)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_a_cancelled_consumer_sends_the_cancel_within_bounds(redis_service):
 
     async def scenario() -> None:
         task = asyncio.create_task(consume_until_cancelled(request))
-        for _ in range(50):  # until serve() submitted and sits in its XREAD
+        for _ in range(50):  # until serve() submitted and waits for output
             if inbox_events(request.request_id):
                 break
             await asyncio.sleep(0.05)
