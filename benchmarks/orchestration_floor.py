@@ -41,25 +41,20 @@ local target = ARGV[1]
 for i = 2, #ARGV, 2 do redis.call('xadd', target, '*', 'id', ARGV[i], 'data', ARGV[i + 1]) end
 return 1
 """
-ADMIT = """
-local target, token = ARGV[1], ARGV[2]
-for i = 3, #ARGV, 2 do
+DURABLE_FORWARD = """
+-- ARGV: target stream, lock token, 'admit' (write the state) or 'finish' (read and drop it), then id, data pairs
+local target, token, admit = ARGV[1], ARGV[2], ARGV[3] == 'admit'
+for i = 4, #ARGV, 2 do
     local id = ARGV[i]
+    local state = 'floor:state:' .. id
     redis.call('set', 'floor:lock:' .. id, token, 'nx', 'px', 5000)
-    redis.call('hset', 'floor:state:' .. id, 'v', 1, 'state', ARGV[i + 1])
-    redis.call('expire', 'floor:state:' .. id, 600)
-    redis.call('xadd', target, '*', 'id', id, 'data', ARGV[i + 1])
-    redis.call('del', 'floor:lock:' .. id)
-end
-return 1
-"""
-FINISH = """
-local target, token = ARGV[1], ARGV[2]
-for i = 3, #ARGV, 2 do
-    local id = ARGV[i]
-    redis.call('set', 'floor:lock:' .. id, token, 'nx', 'px', 5000)
-    redis.call('hget', 'floor:state:' .. id, 'state')
-    redis.call('del', 'floor:state:' .. id)
+    if admit then
+        redis.call('hset', state, 'v', 1, 'state', ARGV[i + 1])
+        redis.call('expire', state, 600)
+    else
+        redis.call('hget', state, 'state')
+        redis.call('del', state)
+    end
     redis.call('xadd', target, '*', 'id', id, 'data', ARGV[i + 1])
     redis.call('del', 'floor:lock:' .. id)
 end
@@ -91,11 +86,10 @@ def pairs(messages) -> list:
 
 def orchestrator(url: str, parser: str, durable: bool) -> None:
     client = connect(url, parser)
-    admit = client.register_script(ADMIT if durable else FORWARD)
-    finish = client.register_script(FINISH if durable else FORWARD)
+    forward = client.register_script(DURABLE_FORWARD if durable else FORWARD)
     for stream in (INBOX, OUTPUT):
         ensure_group(client, stream)
-    prefix = [uuid.uuid4().hex] if durable else []
+    token = uuid.uuid4().hex
     while True:
         batches = client.xreadgroup(GROUP, "o", {INBOX: ">", OUTPUT: ">"}, count=512, block=100)
         if not batches:
@@ -103,8 +97,9 @@ def orchestrator(url: str, parser: str, durable: bool) -> None:
         pipe = client.pipeline(transaction=False)
         for stream, messages in batches:
             inbound = stream.decode() == INBOX
-            script = admit if inbound else finish
-            script(args=[REPLICA if inbound else REPLY, *prefix, *pairs(messages)], client=pipe)
+            target = REPLICA if inbound else REPLY
+            durability = [token, "admit" if inbound else "finish"] if durable else []
+            forward(args=[target, *durability, *pairs(messages)], client=pipe)
             ids = [entry_id for entry_id, _ in messages]
             pipe.xack(stream, GROUP, *ids)
             pipe.xdel(stream, *ids)

@@ -46,8 +46,6 @@ class ReplyReader:
     def register(self, request_id: str) -> asyncio.Queue:
         """The queue `request_id`'s client messages (raw stream fields) arrive in; call before submitting."""
         queue: asyncio.Queue = asyncio.Queue()
-        if self.failure is not None:
-            queue.put_nowait(LOST)
         self.queues[request_id] = queue
         return queue
 
