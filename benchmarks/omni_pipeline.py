@@ -8,13 +8,15 @@ E2EL and RTF (wall seconds per second of audio), the mean per-stage durations, p
 against transformers. Both sides decode greedily with fixed lengths (min = max tokens) so the work is the
 same. `--model 7b-shaped` builds Qwen2.5-Omni-7B-shaped random bf16 weights the way
 shared/reference/gpu-baselines/hf_omni_baseline.py does (needs a GPU); token2wav runs in `--code2wav-dtype`
-(float32 by default) on both sides.
+(float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
+(transformers stays in float32), and new token2wav graph captures are logged.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import statistics
 import tempfile
 import time
@@ -154,6 +156,10 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "max_length": max(2048, n_codes + 64),
         "first_chunk_size": args.first_chunk,
         "async_chunk_size": args.chunk,
+        "options": {
+            "token2wav_dit_autocast": "bfloat16" if args.code2wav_autocast in ("dit", "all") else None,
+            "token2wav_vocoder_autocast": "bfloat16" if args.code2wav_autocast == "all" else None,
+        },
     }
     stages = {name: {**ar, "options": {"compile": name in args.compile}} for name in ("thinker", "talker")}
     return {"stages": {**stages, "code2wav": code2wav}}
@@ -219,6 +225,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--code2wav-dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--code2wav-autocast",
+        choices=["none", "dit", "all"],
+        default="none",
+        help="bfloat16 autocast over token2wav's float32 DiT (dit) or DiT and BigVGAN (all)",
+    )
     parser.add_argument("--first-chunk", type=int, default=5, help="codec frames of the first audio chunk")
     parser.add_argument("--chunk", type=int, default=25, help="codec frames of every later audio chunk")
     parser.add_argument(
@@ -235,6 +247,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.compile = [] if args.compile is None else args.compile or ["thinker", "talker"]
+    logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
+    logging.getLogger("stages.generation").setLevel(logging.INFO)
     import torch
 
     torch.set_num_threads(args.threads)

@@ -1,12 +1,17 @@
-"""Qwen2.5-Omni token2wav (DiT ODE + BigVGAN) chunk windows: cost per window, eager against CUDA graphs.
+"""Qwen2.5-Omni token2wav (DiT ODE + BigVGAN) chunk windows: cost per window by precision and length.
 
-    python benchmarks/token2wav_windows.py --device cuda
+    python benchmarks/token2wav_windows.py --device cuda [--modes float32 dit-bf16 all-bf16 bfloat16] [--eager]
 
-The real checkpoint's token2wav dimensions (transformers' defaults, 8448 codes), random weights. For
-each dtype, the time of one window decode (the first chunk of 5 frames + 12 look-ahead, a steady chunk
-of 25 frames with 48 frames of left context, one of 50) at batch 1, 4 and 8, eager and with the ODE
-replayed from a CUDA graph, printed as ms and as seconds of compute per second of audio, with the
-graph's speed-up over eager in the same run and the largest difference between their samples.
+The real checkpoint's token2wav dimensions (transformers' defaults, 8448 codes), random weights, the
+same seed for every precision. Precisions: `float32` (what transformers runs and the oracle tests
+check), `dit-bf16` (float32 weights, the DiT's matmuls under bfloat16 autocast: option
+`token2wav_dit_autocast`), `all-bf16` (BigVGAN's convolutions too: `token2wav_vocoder_autocast`),
+`bfloat16` (bf16 weights). For each window (the first chunk of 5 frames + 12 look-ahead, steady
+chunks of 25, 50, 100 and 200 frames with 48 frames of left context) at each batch size: the first
+decode of its shape (eager plus the CUDA-graph capture), a replayed decode, BigVGAN's share of it,
+seconds of compute per second of audio, and the audio's relative L2 difference from `float32` in the
+same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
+between their audio.
 """
 
 from __future__ import annotations
@@ -17,19 +22,33 @@ import time
 import numpy as np
 import torch
 
-WINDOWS = {"first 5+12": (0, 5), "steady 25": (100, 125), "steady 50": (100, 150)}
+WINDOWS = {
+    "first 5+12": (0, 5),
+    "steady 25": (100, 125),
+    "steady 50": (100, 150),
+    "steady 100": (100, 200),
+    "steady 200": (100, 300),
+}
+MODES = {
+    "float32": ("float32", None, None),
+    "dit-bf16": ("float32", "bfloat16", None),
+    "all-bf16": ("float32", "bfloat16", "bfloat16"),
+    "bfloat16": ("bfloat16", None, None),
+}
 SECONDS_PER_FRAME = 0.02
 
 
-def build_decoder(device: str, dtype: torch.dtype):
+def build_decoder(device: str, mode: str):
     from transformers import Qwen2_5OmniToken2WavConfig, Qwen2_5OmniToken2WavModel
 
     from stages.generation.token2wav import Token2WavDecoder
 
+    dtype, dit_autocast, vocoder_autocast = MODES[mode]
     config = Qwen2_5OmniToken2WavConfig(dit_config=dict(num_embeds=8448))
     torch.manual_seed(0)
     with torch.device(device):
-        module = Qwen2_5OmniToken2WavModel(config).to(dtype).eval()
+        module = Qwen2_5OmniToken2WavModel(config).float().eval()
+    module.to(getattr(torch, dtype))
     dit = config.dit_config
     speakers = {
         "Chelsie": {
@@ -38,61 +57,92 @@ def build_decoder(device: str, dtype: torch.dtype):
             "ref_mel": torch.randn(1, 300, dit.mel_dim),
         }
     }
-    return Token2WavDecoder(module, speakers, device=device, max_frames=2048)
+    return Token2WavDecoder(
+        module,
+        speakers,
+        device=device,
+        max_frames=2048,
+        dit_autocast=dit_autocast,
+        vocoder_autocast=vocoder_autocast,
+    )
 
 
-def time_window(decoder, streams, start: int, end: int, device: str, repeats: int) -> tuple[float, list]:
-    from stages.generation.engine import Window
-
-    windows = [Window(stream, start, end, final=False) for stream in streams]
-    audio = decoder.decode(windows)  # warm-up (and, with graphs, the capture)
+def timed(function, device: str, repeats: int = 1):
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     began = time.perf_counter()
     for _ in range(repeats):
-        audio = decoder.decode(windows)
+        result = function()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    return (time.perf_counter() - began) / repeats, audio
+    return (time.perf_counter() - began) / repeats, result
+
+
+def vocoder_seconds(decoder, frames: int, batch: int, device: str, repeats: int) -> float:
+    """BigVGAN alone on `batch` mels of `frames` codes, as `decode` runs it (one mel at a time)."""
+    mel = torch.randn(1, decoder.dit.config.mel_dim, decoder.repeats * frames, device=device)
+
+    def run():
+        with torch.no_grad(), decoder._autocast(decoder.vocoder_autocast):
+            for _ in range(batch):
+                decoder.bigvgan(mel.to(decoder.bigvgan.dtype))
+
+    run()
+    return timed(run, device, repeats)[0]
+
+
+def relative_l2(audio: list[np.ndarray], reference: list[np.ndarray]) -> float:
+    error = sum(float(np.sum((a - r) ** 2)) for a, r in zip(audio, reference, strict=True))
+    return (error / sum(float(np.sum(r**2)) for r in reference)) ** 0.5
 
 
 def main() -> None:
-    from stages.generation.engine import CodeStream
+    from stages.generation.engine import CodeStream, Window
     from stages.protocol import StageRequest
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dtypes", nargs="+", default=["float32"])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--batches", type=int, nargs="+", default=[1])
+    parser.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=list(WINDOWS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--eager", action="store_true", help="also time the uncaptured decode")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    for dtype_name in args.dtypes:
-        decoder = build_decoder(args.device, getattr(torch, dtype_name))
+    frames = np.random.default_rng(0).integers(0, 8000, 700).tolist()
+    reference: dict[tuple, list[np.ndarray]] = {}
+    for mode in args.modes:
+        decoder = build_decoder(args.device, mode)
         graphs = decoder.graphs
         for batch in args.batches:
             streams = [
                 CodeStream(
                     f"r{i}",
-                    decoder.open(StageRequest(request_id=f"r{i}", params={"voice": "Chelsie"})),
-                    frames=rng.integers(0, 8000, 700).tolist(),
+                    decoder.open(StageRequest(request_id=f"r{i}", params={"voice": "Chelsie", "seed": i})),
+                    frames=frames,
                 )
                 for i in range(batch)
             ]
-            for name, (start, end) in WINDOWS.items():
-                decoder.graphs = None
-                eager, eager_audio = time_window(decoder, streams, start, end, args.device, args.repeats)
-                decoder.graphs = graphs
-                line = f"{dtype_name:9s} batch {batch} {name:11s} eager {eager * 1e3:8.1f} ms"
-                if graphs is not None:
-                    graphed, audio = time_window(decoder, streams, start, end, args.device, args.repeats)
-                    diff = max(float(np.abs(a - b).max()) for a, b in zip(audio, eager_audio, strict=True))
-                    line += f"  graphs {graphed * 1e3:8.1f} ms ({eager / graphed:5.2f}x, max |diff| {diff:.2e})"
-                else:
-                    graphed = eager
+            for name in args.windows:
+                start, end = WINDOWS[name]
+                windows = [Window(stream, start, end, final=False) for stream in streams]
+                span = decoder._span(windows[0])
+                first, audio = timed(lambda: decoder.decode(windows), args.device)  # noqa: B023
+                replay, audio = timed(lambda: decoder.decode(windows), args.device, args.repeats)  # noqa: B023
+                vocoder = vocoder_seconds(decoder, span[1] - span[0], batch, args.device, args.repeats)
                 seconds = batch * (end - start) * SECONDS_PER_FRAME
-                print(f"{line}  {graphed / seconds:6.3f} s per audio s", flush=True)
-        del decoder
+                reference.setdefault((batch, name), audio)
+                line = (
+                    f"{mode:9s} batch {batch} {name:11s} span {span[1] - span[0]:3d}  first {first * 1e3:7.1f} ms"
+                    f"  replay {replay * 1e3:7.1f} ms (BigVGAN {vocoder * 1e3:6.1f})"
+                    f"  {replay / seconds:6.3f} s per audio s  rel-L2 vs float32 {relative_l2(audio, reference[(batch, name)]):.1e}"
+                )
+                if args.eager:
+                    decoder.graphs = None
+                    eager, eager_audio = timed(lambda: decoder.decode(windows), args.device, args.repeats)  # noqa: B023
+                    decoder.graphs = graphs
+                    line += f"  eager {eager * 1e3:7.1f} ms ({eager / replay:4.2f}x, rel-L2 {relative_l2(audio, eager_audio):.1e})"
+                print(line, flush=True)
+        decoder = graphs = None
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
 

@@ -19,26 +19,33 @@ rows of exactly those positions; its audio is the window's samples for [s, e). T
 from the whole decode is bounded in tests/stages/omni/test_omni_streaming.py.
 
 One window decode is ~36 DiT evaluations plus BigVGAN: tens of thousands of small kernels, so
-on a GPU it is bound by launching them. With `cuda_graphs` (on by default on CUDA) the ODE of
-each window shape (batch, codes) is captured in a CUDA graph the first time it is decoded (that
-decode also pays for the capture), sharing one memory pool, and replayed from then on;
-`max_graphs` bounds how many shapes are kept (least recently used first out). Batches above
-`max_graph_batch` (4) run eagerly: there the arithmetic dominates and a graph gains nothing.
-The ODE loop has no host syncs (transformers' `RungeKutta4ODESolver` steps, without its
-interpolation checks), and the speaker encoder (ECAPA, which syncs) runs once per decode before
-it, so eager and captured decodes compute the same thing. BigVGAN stays eager (it ends on the CPU).
+on a GPU it is bound by launching them. With `cuda_graphs` (on by default on CUDA) one DiT
+evaluation of each window shape (batch, codes) is captured in a CUDA graph the first time that
+shape is decoded (one eager evaluation and one captured: 0.1-0.2 s on an H200, where capturing
+the whole ODE took 2-4 s), sharing one memory pool, and replayed for each of the ODE's
+evaluations from then on; `max_graphs` bounds how many shapes are kept (least recently used
+first out). Batches above `max_graph_batch` (4) run eagerly: there the arithmetic dominates and
+a graph gains nothing. The ODE loop has no host syncs (transformers' `RungeKutta4ODESolver`
+steps, without its interpolation checks), and the speaker encoder (ECAPA, which syncs) runs once
+per decode before it, so eager and captured decodes compute the same thing. BigVGAN stays eager
+(it ends on the CPU).
+
+Precision: float32 by default, as transformers runs it. `dit_autocast` / `vocoder_autocast`
+("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the float32
+weights kept (benchmarks/token2wav_windows.py measures speed and the difference from float32).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
 
-from stages.errors import InvalidRequest
+from stages.errors import ConfigError, InvalidRequest
 from stages.generation.engine import Window
 from stages.protocol import StageRequest
 
@@ -67,6 +74,8 @@ class Token2WavDecoder:
         cuda_graphs: bool = True,
         max_graphs: int = 128,
         max_graph_batch: int = 4,
+        dit_autocast: str | None = None,
+        vocoder_autocast: str | None = None,
     ):
         self.module = module
         self.dit = module.code2wav_dit_model
@@ -80,8 +89,12 @@ class Token2WavDecoder:
         self.lookahead = lookahead
         self.num_steps, self.guidance_scale, self.sway = num_steps, guidance_scale, sway
         self.num_codes = self.dit.config.num_embeds
+        self.dit_autocast = _autocast_dtype(dit_autocast, "token2wav_dit_autocast")
+        self.vocoder_autocast = _autocast_dtype(vocoder_autocast, "token2wav_vocoder_autocast")
         self.graphs = (
-            WindowGraphs(self._sample, max_graphs, max_graph_batch) if cuda_graphs and _is_cuda(device) else None
+            EvaluationGraphs(self._ode_function, max_graphs, max_graph_batch)
+            if cuda_graphs and _is_cuda(device)
+            else None
         )
 
     def open(self, request: StageRequest) -> Any:
@@ -122,12 +135,13 @@ class Token2WavDecoder:
             ]
         )
         with torch.no_grad():
-            speaker = self._speaker_features(ref_mel)
-            sample = self.graphs.run if self.graphs is not None else self._sample
-            mel = sample(cond, ref_mel, codes, noise, speaker)
-            wavs = [
-                self.bigvgan(mel[index : index + 1]).reshape(-1).float().cpu().numpy() for index in range(len(windows))
-            ]
+            with self._autocast(self.dit_autocast):
+                mel = self._sample(cond, ref_mel, codes, noise).float()
+            with self._autocast(self.vocoder_autocast):
+                wavs = [
+                    self.bigvgan(mel[index : index + 1].to(self.bigvgan.dtype)).reshape(-1).float().cpu().numpy()
+                    for index in range(len(windows))
+                ]
         per_code = self.repeats * MEL_SAMPLES
         results = []
         for window, (a, _), samples in zip(windows, spans, wavs, strict=False):
@@ -135,6 +149,15 @@ class Token2WavDecoder:
             end = samples.shape[-1] if window.final else (window.end - a) * per_code
             results.append(samples[begin:end])
         return results
+
+    def _autocast(self, dtype):
+        """Mixed precision for one part: its matmuls and convolutions in `dtype`, the weights, norms and
+        the ODE's state as stored. Autocast is thread-local: the AR stages beside it are untouched."""
+        import torch
+
+        if dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype, cache_enabled=False)
 
     def _span(self, window: Window) -> tuple[int, int]:
         if window.start == 0 and window.final:
@@ -151,111 +174,145 @@ class Token2WavDecoder:
         encoder_input = ref_mel if self.guidance_scale < 1e-5 else torch.cat([ref_mel, torch.zeros_like(ref_mel)])
         return self.dit.input_embed.spk_encoder(encoder_input)
 
-    def _sample(self, cond, ref_mel, codes, initial_state, speaker):
-        """`Qwen2_5OmniToken2WavDiTModel.sample` with the initial noise and the speaker encoding given."""
-        with _speaker_encoder_given(self.dit, speaker):
-            return self._integrate(cond, ref_mel, codes, initial_state)
-
-    def _integrate(self, cond, ref_mel, codes, initial_state):
+    def _sample(self, cond, ref_mel, codes, initial_state):
+        """`Qwen2_5OmniToken2WavDiTModel.sample` with the initial noise given: RK4 over the time points."""
         import torch
         from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
 
-        dit = self.dit
-        duration = codes.shape[1] * self.repeats
-        conditioning = cond.unsqueeze(1).repeat(1, duration, 1)
-        guidance = self.guidance_scale
-
-        def ode_function(time_step, hidden_states):
-            if guidance < 1e-5:
-                return dit(
-                    hidden_states=hidden_states,
-                    speaker_embedding=conditioning,
-                    condition_vector=ref_mel,
-                    quantized_code=codes,
-                    time_step=time_step,
-                    drop_audio_conditioning=False,
-                    drop_code=False,
-                    apply_cfg=False,
-                )
-            output = dit(
-                hidden_states=hidden_states,
-                quantized_code=codes,
-                speaker_embedding=conditioning,
-                condition_vector=ref_mel,
-                time_step=time_step,
-                apply_cfg=True,
-            )
-            guided, null = torch.chunk(output, 2, dim=0)
-            return guided + (guided - null) * guidance
-
+        conditioning = cond.unsqueeze(1).repeat(1, codes.shape[1] * self.repeats, 1)
+        window = (conditioning, ref_mel, codes, self._speaker_features(ref_mel))
+        batch_fits = codes.shape[0] <= (self.graphs.max_batch if self.graphs else 0)
+        function = self.graphs.function(window, initial_state) if batch_fits else self._ode_function(*window)
         times = torch.linspace(0, 1, self.num_steps, device=codes.device, dtype=conditioning.dtype)
         if self.sway is not None:
             times += self.sway * (torch.cos(torch.pi / 2 * times) - 1 + times)
-        solver = RungeKutta4ODESolver(function=ode_function, initial_value=initial_state)
+        solver = RungeKutta4ODESolver(function=function, initial_value=initial_state)
         value = initial_state
         for time_start, time_end in zip(times[:-1], times[1:], strict=True):
             # `integrate()` without its interpolation (the time points rise strictly, so each step ends
             # on the next one) and so without its host syncs; the last value is its last solution.
-            delta, _ = solver._compute_step(ode_function, time_start, time_end - time_start, time_end, value)
+            delta, _ = solver._compute_step(function, time_start, time_end - time_start, time_end, value)
             value = value + delta
         return value.permute(0, 2, 1)
 
+    def _ode_function(self, conditioning, ref_mel, codes, speaker):
+        """The ODE's right-hand side for one window: the DiT (with classifier-free guidance)."""
+        import torch
 
-class WindowGraphs:
-    """CUDA graphs of `decode(*tensors) -> tensor`, one per shape of the inputs; a shape that fails to
-    capture runs eagerly from then on."""
+        dit, guidance = self.dit, self.guidance_scale
 
-    def __init__(self, decode, max_graphs: int, max_batch: int):
-        self.decode = decode
+        def evaluate(time_step, hidden_states):
+            with _speaker_encoder_given(dit, speaker):
+                if guidance < 1e-5:
+                    return dit(
+                        hidden_states=hidden_states,
+                        speaker_embedding=conditioning,
+                        condition_vector=ref_mel,
+                        quantized_code=codes,
+                        time_step=time_step,
+                        drop_audio_conditioning=False,
+                        drop_code=False,
+                        apply_cfg=False,
+                    )
+                output = dit(
+                    hidden_states=hidden_states,
+                    quantized_code=codes,
+                    speaker_embedding=conditioning,
+                    condition_vector=ref_mel,
+                    time_step=time_step,
+                    apply_cfg=True,
+                )
+            guided, null = torch.chunk(output, 2, dim=0)
+            return guided + (guided - null) * guidance
+
+        return evaluate
+
+
+class EvaluationGraphs:
+    """CUDA graphs of one ODE evaluation (one DiT forward), one per window shape.
+
+    The window's tensors (conditioning, reference mel, codes, speaker features) are copied into the
+    shape's static buffers once per decode, the state and time point once per evaluation; the RK4
+    arithmetic between evaluations stays eager (a few hundred small kernels per window). A new shape
+    costs one eager evaluation (on a side stream, as capture requires) and one captured, so a window
+    shape first seen mid-stream (a final chunk, a new batch size) delays its audio by a fraction of a
+    second, not by seconds. A shape that fails to capture runs eagerly from then on.
+    """
+
+    def __init__(self, ode_function, max_graphs: int, max_batch: int):
+        self.ode_function = ode_function
         self.max_graphs = max(1, max_graphs)
         self.max_batch = max_batch
-        self.graphs: OrderedDict[tuple, tuple] = OrderedDict()
+        self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self.pool = None
         self.uncapturable: set[tuple] = set()
 
-    def run(self, *inputs):
-        key = tuple((tuple(t.shape), t.dtype) for t in inputs)
-        if key in self.uncapturable or inputs[0].shape[0] > self.max_batch:
-            return self.decode(*inputs)
-        entry = self.graphs.get(key)
-        if entry is None:
-            output = self._warm_up(inputs)
-            try:
-                self._capture(key, inputs)
-            except Exception:
-                logger.exception("capturing a token2wav window of shape %s failed; it runs eagerly", key)
-                self.uncapturable.add(key)
-            return output
+    def function(self, window: tuple, state):
+        """The ODE's function for this window: `f(time_step, state) -> derivative`."""
+        key = tuple((tuple(t.shape), t.dtype) for t in (*window, state))
+        if key in self.uncapturable:
+            return self.ode_function(*window)
+        captured = self.graphs.get(key)
+        if captured is None:
+            captured = self._capture(key, window, state)
+            if captured is None:
+                return self.ode_function(*window)
         self.graphs.move_to_end(key)
-        graph, static_inputs, static_output = entry
-        for static, given in zip(static_inputs, inputs, strict=True):
+        for static, given in zip(captured.window, window, strict=True):
             static.copy_(given)
-        graph.replay()
-        return static_output.clone()
+        return captured.evaluate
 
-    def _warm_up(self, inputs):
-        """The first decode of a shape runs eagerly on a side stream (as capture requires) and is the result."""
+    def _capture(self, key, window, state):
         import torch
 
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            output = self.decode(*inputs)
-        torch.cuda.current_stream().wait_stream(stream)
-        return output
-
-    def _capture(self, key, inputs) -> None:
-        import torch
-
-        static_inputs = [t.clone() for t in inputs]
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: the AR stages on other threads keep launching (and syncing) while this captures.
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            static_output = self.decode(*static_inputs)
+        began = time.perf_counter()
+        static_window = [t.clone() for t in window]
+        static_time, static_state = torch.zeros((), dtype=state.dtype, device=state.device), state.clone()
+        function = self.ode_function(*static_window)
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                function(static_time, static_state)  # lazy initialisations happen outside the capture
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the AR stages on other threads keep launching (and syncing) while this captures.
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                static_output = function(static_time, static_state)
+        except Exception:
+            logger.exception("capturing a token2wav evaluation of shape %s failed; it runs eagerly", key)
+            self.uncapturable.add(key)
+            return None
         self.pool = self.pool or graph.pool()
-        self.graphs[key] = (graph, static_inputs, static_output)
+        captured = _Captured(graph, static_window, static_time, static_state, static_output)
+        self.graphs[key] = captured
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)
+        logger.info(
+            "token2wav: evaluation of %s codes captured in %.3f s", tuple(window[2].shape), time.perf_counter() - began
+        )
+        return captured
+
+
+class _Captured:
+    def __init__(self, graph, window, time_step, state, output):
+        self.graph, self.window, self.time_step, self.state, self.output = graph, window, time_step, state, output
+
+    def evaluate(self, time_step, state):
+        self.time_step.copy_(time_step)
+        self.state.copy_(state)
+        self.graph.replay()
+        return self.output.clone()
+
+
+def _autocast_dtype(name: str | None, option: str):
+    import torch
+
+    if name is None:
+        return None
+    if name not in ("bfloat16", "float16"):
+        raise ConfigError(f"options.{option}", f"must be bfloat16, float16 or null, not {name!r}")
+    return getattr(torch, name)
 
 
 def _is_cuda(device) -> bool:

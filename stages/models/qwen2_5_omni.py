@@ -219,6 +219,8 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         left_context=int(options.get("token2wav_left_context", 48)),
         lookahead=int(options.get("token2wav_lookahead", 12)),
         cuda_graphs=bool(options.get("token2wav_cuda_graphs", True)),
+        dit_autocast=options.get("token2wav_dit_autocast"),
+        vocoder_autocast=options.get("token2wav_vocoder_autocast"),
     )
     return GenerationEngine(decoder, stage_deploy, stage_id=2)
 

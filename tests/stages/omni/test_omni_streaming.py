@@ -67,6 +67,29 @@ def test_omni_token2wav_chunks_within_documented_tolerance(omni_models):
     assert np.linalg.norm(chunked - whole) / np.linalg.norm(whole) < 1e-3
 
 
+def test_token2wav_dit_autocast_is_close_to_float32_and_bad_values_are_refused(omni_models):
+    """`token2wav_dit_autocast: bfloat16` runs the DiT's matmuls in bf16 (the audio changes, a little);
+    an unknown precision fails the build naming the option."""
+    from stages.errors import ConfigError
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    codes = np.random.default_rng(2).integers(0, 8192, size=24).tolist()
+
+    def decode(options):
+        engine = build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options=options))
+        engine.add_request(StageRequest(request_id="r", stage_id=2, prompt_token_ids=codes))
+        return _audio(engine.step())
+
+    exact = decode({})
+    mixed = decode({"token2wav_dit_autocast": "bfloat16"})
+    assert mixed.shape == exact.shape == (24 * 480,)
+    difference = np.linalg.norm(mixed - exact) / np.linalg.norm(exact)
+    assert 0 < difference < 1e-2
+    with pytest.raises(ConfigError) as refused:
+        decode({"token2wav_dit_autocast": "int8"})
+    assert refused.value.field == "options.token2wav_dit_autocast"
+
+
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
 def test_omni_eight_concurrent_requests_equal_one_at_a_time(omni_models, family):
     """Thinker, talker (and Qwen3's code predictor) batch the eight requests; each equals its run alone."""
