@@ -1,0 +1,123 @@
+"""The Qwen2.5-Omni talker stage alone: time per codec frame against the replay of its decode graph.
+
+    python benchmarks/omni_talker.py --device cuda [--frames 512] [--profile]
+
+A Qwen2.5-Omni-7B-shaped talker (random bf16 weights, built in memory) on the AR engine with CUDA
+graphs, fed one request whose thinker rows are all there (so nothing waits for a thinker), greedy,
+`--frames` codes. Prints ms per frame with the talker's default repetition penalty (1.05) and without,
+then the replay of the batch-1 decode graph alone, the floor a step cannot go below without fewer or
+fused kernels, and the step's ratio to it. `--profile` adds a cProfile of the host side of one run
+(where the host waits, and on what). On a CPU there is no graph: only the per-frame times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+
+THINKER_WIDTH = 3584
+
+
+def build_talker(device: str, layers: int):
+    from transformers import Qwen2_5OmniTalkerConfig, Qwen2_5OmniTalkerForConditionalGeneration
+
+    from stages.ar.torch_engine import ARTorchEngine
+    from stages.config import StageDeployConfig
+    from stages.models.qwen2_5_talker import TALKER_EOS, TalkerAdapter, TalkerEngine
+
+    config = Qwen2_5OmniTalkerConfig(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+        head_dim=128,
+        embedding_size=THINKER_WIDTH,
+        vocab_size=8448,
+    )
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    torch.manual_seed(0)
+    with torch.device(device):
+        talker = Qwen2_5OmniTalkerForConditionalGeneration(config).to(getattr(torch, dtype)).eval()
+    deploy = StageDeployConfig(device=device, dtype=dtype, max_batch=8, max_length=1024, kv_memory_mb=1024)
+    engine = ARTorchEngine(TalkerAdapter(talker), None, deploy, device=device, eos_token_ids=set(TALKER_EOS))
+    voice = 151872
+    special = (voice, config.tts_text_end_token_id, config.tts_text_pad_token_id)
+    rows = {token: torch.randn(THINKER_WIDTH, device=device, dtype=talker.dtype) for token in special}
+    return TalkerEngine(engine, rows, {"Chelsie": voice}, qwen_prompt=False)
+
+
+def talker_request(index: int, frames: int, penalty: float | None):
+    from stages.protocol import SamplingParams, StageRequest
+    from stages.tensors import to_wire
+
+    prompt, generated = 40, 128
+
+    def rows():
+        return to_wire(torch.randn(prompt + generated, THINKER_WIDTH, dtype=torch.bfloat16))
+
+    return StageRequest(
+        request_id=f"talker-{index}",
+        stage_id=1,
+        prompt_token_ids=list(range(1000, 1000 + generated)),
+        payloads={"embeds": rows(), "hidden": rows()},
+        params={"thinker_prompt_ids": list(range(prompt)), "voice": "Chelsie"},
+        sampling=SamplingParams(temperature=0, max_tokens=frames, min_tokens=frames, repetition_penalty=penalty),
+    )
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def seconds_per_frame(stage, request, device: str, profile: cProfile.Profile | None = None) -> float:
+    stage.add_request(request)
+    synchronize(device)
+    began, frames = time.perf_counter(), 0
+    if profile:
+        profile.enable()
+    while stage.has_unfinished():
+        frames += sum(len(output.token_ids or []) for output in stage.step())
+    synchronize(device)
+    if profile:
+        profile.disable()
+    return (time.perf_counter() - began) / frames
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--frames", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=24, help="the 7B talker has 24")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    stage = build_talker(args.device, args.layers)
+    seconds_per_frame(stage, talker_request(0, 16, None), args.device)  # warm-up
+    with_penalty = seconds_per_frame(stage, talker_request(1, args.frames, None), args.device)
+    without = seconds_per_frame(stage, talker_request(2, args.frames, 1.0), args.device)
+    print(f"talker alone: {with_penalty * 1e3:.2f} ms per frame (repetition penalty 1.05), {without * 1e3:.2f} without")
+    graphs = stage.engine.runner.graphs
+    if graphs is not None and graphs.capture:
+        graph, replays = graphs.graphs[graphs.sizes[0]], 300
+        synchronize(args.device)
+        began = time.perf_counter()
+        for _ in range(replays):
+            graph.replay()
+        synchronize(args.device)
+        floor = (time.perf_counter() - began) / replays
+        print(
+            f"decode graph replay alone (batch {graphs.sizes[0]}): {floor * 1e3:.2f} ms; a step is {with_penalty / floor:.2f}x it"
+        )
+    if args.profile:
+        profile = cProfile.Profile()
+        seconds_per_frame(stage, talker_request(3, args.frames, None), args.device, profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+
+
+if __name__ == "__main__":
+    main()
