@@ -31,8 +31,8 @@ per decode before it, so eager and captured decodes compute the same thing. BigV
 (it ends on the CPU).
 
 Precision: float32 by default, as transformers runs it. `dit_autocast` / `vocoder_autocast`
-("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the float32
-weights kept (benchmarks/token2wav_windows.py measures speed and the difference from float32).
+("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the weights
+kept as loaded (benchmarks/token2wav_windows.py measures speed and the difference from float32).
 """
 
 from __future__ import annotations
@@ -310,8 +310,8 @@ def _autocast_dtype(name: str | None, option: str):
 
     if name is None:
         return None
-    if name not in ("bfloat16", "float16"):
-        raise ConfigError(f"options.{option}", f"must be bfloat16, float16 or null, not {name!r}")
+    if name != "bfloat16":
+        raise ConfigError(f"options.{option}", f"must be bfloat16 or null, not {name!r}")
     return getattr(torch, name)
 
 
