@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import re
+import time
 
 import pytest
 
@@ -162,10 +163,19 @@ def invalid_input_matrix(echo_stack, serving_users):
     assert failed.filter(http_status=413).exists() and failed.filter(route="audio.speech").exists()
 
 
+def wait_for_a_fresh_minute(margin_s: float = 5.0) -> None:
+    """Quota windows are fixed UTC minutes (on this machine's clock, which Redis shares): two
+    requests that must land in the same window start well inside one."""
+    left = 60 - time.time() % 60
+    if left < margin_s:
+        time.sleep(left + 0.05)
+
+
 def quota_and_engine_failures(echo_stack, django_user_model):
     limited = django_user_model.objects.create_user("limited", password="x")
     _, secret = api_key_create(user=limited, name="limited", scopes=["inference"])
     Quota.objects.create(user=limited, metric=Metric.REQUESTS, window=Window.MINUTE, limit=1)
+    wait_for_a_fresh_minute()
     admitted = echo_stack.http("POST", "/v1/chat/completions", secret=secret, json=chat())
     assert admitted.status_code == 200 and admitted.headers["x-ratelimit-remaining-requests"] == "0"
     refused = echo_stack.http("POST", "/v1/chat/completions", secret=secret, json=chat())
