@@ -41,6 +41,7 @@ import logging
 import time
 from collections import OrderedDict
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -136,10 +137,10 @@ class Token2WavDecoder:
         )
         with torch.no_grad():
             with self._autocast(self.dit_autocast):
-                mel = self._sample(cond, ref_mel, codes, noise).float()
+                mel = self._sample(cond, ref_mel, codes, noise)  # the ODE's state keeps the weights' dtype
             with self._autocast(self.vocoder_autocast):
                 wavs = [
-                    self.bigvgan(mel[index : index + 1].to(self.bigvgan.dtype)).reshape(-1).float().cpu().numpy()
+                    self.bigvgan(mel[index : index + 1]).reshape(-1).float().cpu().numpy()
                     for index in range(len(windows))
                 ]
         per_code = self.repeats * MEL_SAMPLES
@@ -294,9 +295,15 @@ class EvaluationGraphs:
         return captured
 
 
+@dataclass
 class _Captured:
-    def __init__(self, graph, window, time_step, state, output):
-        self.graph, self.window, self.time_step, self.state, self.output = graph, window, time_step, state, output
+    """One shape's graph and the static tensors it reads and writes."""
+
+    graph: Any
+    window: list
+    time_step: Any
+    state: Any
+    output: Any
 
     def evaluate(self, time_step, state):
         self.time_step.copy_(time_step)
