@@ -237,7 +237,7 @@ def main() -> None:
         "--compile",
         nargs="*",
         choices=["thinker", "talker"],
-        help="torch.compile the decode graphs of these AR stages (no names: both)",
+        help="options.compile for these AR stages: their decode graphs run one torch.compiled decoder layer (no names: both)",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")

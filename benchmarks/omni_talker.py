@@ -1,13 +1,16 @@
 """The Qwen2.5-Omni talker stage alone: time per codec frame against the replay of its decode graph.
 
-    python benchmarks/omni_talker.py --device cuda [--frames 512] [--profile]
+    python benchmarks/omni_talker.py --device cuda [--frames 512] [--profile] [--compile]
 
 A Qwen2.5-Omni-7B-shaped talker (random bf16 weights, built in memory) on the AR engine with CUDA
 graphs, fed one request whose thinker rows are all there (so nothing waits for a thinker), greedy,
 `--frames` codes. Prints ms per frame with the talker's default repetition penalty (1.05) and without,
 then the replay of the batch-1 decode graph alone, the floor a step cannot go below without fewer or
 fused kernels, and the step's ratio to it. `--profile` adds a cProfile of the host side of one run
-(where the host waits, and on what). On a CPU there is no graph: only the per-frame times.
+(where the host waits, and on what). `--compile` then builds the same talker with `options.compile`
+(its decoder layers compiled, one graph shared by all) and prints its figures and the ratio of the
+two per-frame times. On a CPU there is no graph: only the per-frame times (with `--compile`, both
+talkers run the graph step uncaptured).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 THINKER_WIDTH = 3584
 
 
-def build_talker(device: str, layers: int):
+def build_talker(device: str, layers: int, max_batch: int = 8, options: dict | None = None):
     from transformers import Qwen2_5OmniTalkerConfig, Qwen2_5OmniTalkerForConditionalGeneration
 
     from stages.ar.torch_engine import ARTorchEngine
@@ -43,7 +46,9 @@ def build_talker(device: str, layers: int):
     torch.manual_seed(0)
     with torch.device(device):
         talker = Qwen2_5OmniTalkerForConditionalGeneration(config).to(getattr(torch, dtype)).eval()
-    deploy = StageDeployConfig(device=device, dtype=dtype, max_batch=8, max_length=1024, kv_memory_mb=1024)
+    deploy = StageDeployConfig(
+        device=device, dtype=dtype, max_batch=max_batch, max_length=1024, kv_memory_mb=1024, options=options or {}
+    )
     engine = ARTorchEngine(TalkerAdapter(talker), None, deploy, device=device, eos_token_ids=set(TALKER_EOS))
     voice = 151872
     special = (voice, config.tts_text_end_token_id, config.tts_text_pad_token_id)
@@ -89,34 +94,56 @@ def seconds_per_frame(stage, request, device: str, profile: cProfile.Profile | N
     return (time.perf_counter() - began) / frames
 
 
+def replay_seconds(stage, device: str, replays: int = 300) -> float | None:
+    """The batch-1 decode graph replayed alone: the floor of a step without fewer or fused kernels."""
+    graphs = stage.engine.runner.graphs
+    if graphs is None or not graphs.capture:
+        return None
+    graph = graphs.graphs[graphs.sizes[0]]
+    synchronize(device)
+    began = time.perf_counter()
+    for _ in range(replays):
+        graph.replay()
+    synchronize(device)
+    return (time.perf_counter() - began) / replays
+
+
+def measure(args, compile_step: bool) -> float:
+    options = {"compile": compile_step}
+    if args.compile and not args.device.startswith("cuda"):
+        options["cuda_graphs"] = "uncaptured"  # no graphs on a CPU: both run the graph step eagerly
+    began = time.perf_counter()
+    stage = build_talker(args.device, args.layers, options=options)
+    seconds_per_frame(stage, talker_request(0, 16, None), args.device)  # warm-up (and, uncaptured, compilation)
+    name = "compiled layers" if compile_step else "uncompiled"
+    print(f"{name}: built, captured and warmed up in {time.perf_counter() - began:.1f} s")
+    with_penalty = seconds_per_frame(stage, talker_request(1, args.frames, None), args.device)
+    without = seconds_per_frame(stage, talker_request(2, args.frames, 1.0), args.device)
+    print(f"{name}: {with_penalty * 1e3:.2f} ms per frame (repetition penalty 1.05), {without * 1e3:.2f} without")
+    floor = replay_seconds(stage, args.device)
+    if floor is not None:
+        print(
+            f"{name}: decode graph replay alone (batch 1): {floor * 1e3:.2f} ms; a step is {with_penalty / floor:.2f}x it"
+        )
+    if args.profile:
+        profile = cProfile.Profile()
+        seconds_per_frame(stage, talker_request(3, args.frames, None), args.device, profile)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+    return with_penalty
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--frames", type=int, default=512)
     parser.add_argument("--layers", type=int, default=24, help="the 7B talker has 24")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also run the talker with options.compile and compare")
     args = parser.parse_args()
-    stage = build_talker(args.device, args.layers)
-    seconds_per_frame(stage, talker_request(0, 16, None), args.device)  # warm-up
-    with_penalty = seconds_per_frame(stage, talker_request(1, args.frames, None), args.device)
-    without = seconds_per_frame(stage, talker_request(2, args.frames, 1.0), args.device)
-    print(f"talker alone: {with_penalty * 1e3:.2f} ms per frame (repetition penalty 1.05), {without * 1e3:.2f} without")
-    graphs = stage.engine.runner.graphs
-    if graphs is not None and graphs.capture:
-        graph, replays = graphs.graphs[graphs.sizes[0]], 300
-        synchronize(args.device)
-        began = time.perf_counter()
-        for _ in range(replays):
-            graph.replay()
-        synchronize(args.device)
-        floor = (time.perf_counter() - began) / replays
-        print(
-            f"decode graph replay alone (batch {graphs.sizes[0]}): {floor * 1e3:.2f} ms; a step is {with_penalty / floor:.2f}x it"
-        )
-    if args.profile:
-        profile = cProfile.Profile()
-        seconds_per_frame(stage, talker_request(3, args.frames, None), args.device, profile)
-        pstats.Stats(profile).sort_stats("tottime").print_stats(20)
+    uncompiled = measure(args, compile_step=False)
+    if args.compile:
+        compiled = measure(args, compile_step=True)
+        print(f"compiled layers: a frame takes {compiled / uncompiled:.2f}x the uncompiled talker's")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 `attn_implementation=ATTENTION_NAME` calls `paged_attention_forward` from every attention layer.
 The model's forward receives one `AttentionBatch` as the keyword argument `ar_batch`; transformers
 hands keyword arguments down to the attention function unchanged. Because the name has no mask
-function registered, transformers builds no mask: the batch describes its own layout.
+function registered, transformers builds no mask: the batch describes its own layout. Each
+attention module reads its layer's cache tensors from its own `paged_kv` attribute
+(`PagedKVCache.bind`), not by `layer_idx` from a list, so compiled code can share one graph between
+layers (see `compiled_layers.py`).
 
 A step packs all scheduled tokens into one row [1, T]: first `num_decodes` single-token decodes
 (batched in one SDPA call over their gathered context), then the prefill chunks (one SDPA call
@@ -62,6 +65,17 @@ def use_paged_attention(text_model: torch.nn.Module) -> None:
     text_model.config._attn_implementation = ATTENTION_NAME
 
 
+def paged_attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The attention modules of `model` that run the paged attention, in layer order."""
+    modules = [
+        module
+        for module in model.modules()
+        if getattr(module, "layer_idx", None) is not None
+        and getattr(getattr(module, "config", None), "_attn_implementation", None) == ATTENTION_NAME
+    ]
+    return sorted(modules, key=lambda module: module.layer_idx)
+
+
 def paged_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -76,8 +90,7 @@ def paged_attention_forward(
     """query [1, H, T, D], key/value [1, KVH, T, D] -> ([1, T, H, D], None)."""
     if ar_batch is None:
         raise RuntimeError(f"{ATTENTION_NAME} attention needs the `ar_batch` keyword argument")
-    layer = module.layer_idx
-    keys, values = ar_batch.kv_cache.keys[layer], ar_batch.kv_cache.values[layer]
+    keys, values = module.paged_kv
     keys.index_copy_(0, ar_batch.slot_mapping, key[0].transpose(0, 1).to(keys.dtype))
     values.index_copy_(0, ar_batch.slot_mapping, value[0].transpose(0, 1).to(values.dtype))
 

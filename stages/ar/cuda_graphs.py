@@ -10,18 +10,21 @@ its input embeddings from a static [max_batch, width] buffer instead of token id
 
 With `capture=False` the same static-buffer step runs eagerly (on any device): the tests use it to
 check the padding and masking of graph batches on CPU against transformers. With `compile=True` the
-step is first compiled with `torch.compile` (dynamic batch size; Inductor fuses the norms, rotary
-embeddings and activations, so each replay launches far fewer kernels); if compilation fails, the
-uncompiled step is captured instead.
+step's decoder layers run one `torch.compile`d layer (`compiled_layers.py`; Inductor fuses the
+norms, rotary embeddings and activations, so each replay launches far fewer kernels); if
+compilation fails, the uncompiled step is captured instead.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from contextlib import nullcontext
 
 import torch
 
 from stages.ar.attention import AttentionBatch
+from stages.ar.compiled_layers import CompiledLayers
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
 
 logger = logging.getLogger(__name__)
@@ -46,11 +49,10 @@ class DecodeGraphs:
     ):
         self.adapter = adapter
         self.capture = capture
-        self._step = torch.compile(self._decode_step, dynamic=True) if compile else self._decode_step
+        self.compiled = CompiledLayers(adapter.model) if compile else None
         self.kv_cache = kv_cache
         self.block_size = block_size
-        # torch.compile specialises a batch of 1, which would cost a second compilation: pad it to 2.
-        self.sizes = bucket_sizes(max_batch, smallest=2 if compile and max_batch > 1 else 1)
+        self.sizes = bucket_sizes(max_batch)
         device = kv_cache.keys[0].device
         max_blocks = -(-max_context // block_size)
         # One buffer, one host-to-device copy per step: columns ids, positions, slots, context lengths, blocks.
@@ -89,21 +91,25 @@ class DecodeGraphs:
 
     def _warm_up(self, size: int) -> None:
         """Run once outside the graph (lazy inits, autotuning, compilation); fall back to eager on failure."""
+        began = time.perf_counter()
         try:
             self._forward(size)
         except Exception:
-            if self._step == self._decode_step:
+            if self.compiled is None:
                 raise
             logger.exception("compiling the decode step failed; capturing it uncompiled")
-            self._step = self._decode_step
+            self.compiled = None
             self._forward(size)
+        if self.compiled is not None:
+            logger.info("decode step of batch %d compiled and run in %.1f s", size, time.perf_counter() - began)
 
     def _forward(self, size: int) -> ModelOutputs:
         rows = self.inputs[:size]
         embeds = self.embeds[:size].unsqueeze(0) if self.takes_embeds else None
-        logits, hidden = self._step(
-            rows[:, 0].unsqueeze(0), embeds, rows[:, 1].unsqueeze(0), rows[:, 2], rows[:, 4:], rows[:, 3]
-        )
+        with self.compiled.active() if self.compiled is not None else nullcontext():
+            logits, hidden = self._decode_step(
+                rows[:, 0].unsqueeze(0), embeds, rows[:, 1].unsqueeze(0), rows[:, 2], rows[:, 4:], rows[:, 3]
+            )
         return ModelOutputs(logits=logits, hidden_states=hidden)
 
     def _decode_step(self, input_ids, inputs_embeds, positions, slot_mapping, block_tables, context_lens):

@@ -39,3 +39,12 @@ class PagedKVCache:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+    def bind(self, attention_modules: list[torch.nn.Module]) -> None:
+        """Give each attention module its layer's (keys, values) as `paged_kv`."""
+        if len(attention_modules) != self.shape.num_layers:
+            raise RuntimeError(
+                f"the model has {len(attention_modules)} paged attention modules for {self.shape.num_layers} cache layers"
+            )
+        for module in attention_modules:
+            module.paged_kv = (self.keys[module.layer_idx], self.values[module.layer_idx])

@@ -7,8 +7,9 @@ picks the next tokens, and each request's outputs (token and text deltas, hidden
 are built. Knobs come from `StageDeployConfig`: `max_batch`, `max_length`, `dtype`, `kv_memory_mb`
 (sizes the paged cache once), `prefill_chunk` (the per-step token budget) and `options`:
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
-"uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (False: compile the
-graph step with torch.compile before capture),
+"uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (False; true
+compiles the graph step's decoder layers with torch.compile before capture, one graph shared by
+all layers, see `compiled_layers.py`),
 `hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
 default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
 which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
@@ -36,7 +37,7 @@ from typing import Any
 
 import torch
 
-from stages.ar.attention import ATTENTION_NAME, register
+from stages.ar.attention import ATTENTION_NAME, paged_attention_modules, register
 from stages.ar.block_manager import BlockManager
 from stages.ar.detokenizer import IncrementalDetokenizer
 from stages.ar.inputs import check_token_ids, parse_hidden_layers, parse_sampling
@@ -100,6 +101,7 @@ class ARTorchEngine(StageEngine):
         )
         self.block_manager = BlockManager(num_blocks, block_size)
         self.kv_cache = PagedKVCache(shape, num_blocks, block_size, self.device)
+        self.kv_cache.bind(paged_attention_modules(adapter.model))
         self.max_length = min(
             deploy.max_length,
             self.block_manager.capacity_tokens,
@@ -111,7 +113,9 @@ class ARTorchEngine(StageEngine):
         self.sequences: dict[str, Sequence] = {}
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(int(self.options.get("seed", 0)))
-        graphs, compile_step = self.options.get("cuda_graphs", True), bool(self.options.get("compile", False))
+        graphs, compile_step = self.options.get("cuda_graphs", True), self.options.get("compile", False)
+        if not isinstance(compile_step, bool):
+            raise ConfigError("options.compile", f"must be true or false, got {compile_step!r}")
         graphs = graphs if adapter.supports_cuda_graphs else False
         if graphs == "uncaptured":  # the graph step's static buffers without capture (tests it on CPU)
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, capture=False, compile=compile_step)

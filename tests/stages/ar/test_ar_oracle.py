@@ -2,8 +2,9 @@
 
 Eight prompts of different lengths arrive at different steps; the engine batches them
 continuously. Variants force chunked prefill with a tiny per-step budget, and a KV cache small
-enough that sequences are preempted and recomputed, and one runs decode batches through the CUDA-graph
-step's padded static buffers (uncaptured, so it runs on CPU).
+enough that sequences are preempted and recomputed, and two run decode batches through the CUDA-graph
+step's padded static buffers (uncaptured, so it runs on CPU), one of them with the step's decoder
+layers compiled by torch.compile (Inductor's CPU code).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SCENARIOS = {
     "chunked_prefill": dict(prefill_chunk=7),
     "preemption": dict(prefill_chunk=64, options={"num_kv_blocks": 12}),
     "graph_decode_buffers": dict(max_batch=8, options={"cuda_graphs": "uncaptured"}),
+    "compiled_graph_decode": dict(max_batch=8, options={"cuda_graphs": "uncaptured", "compile": True}),
 }
 
 

@@ -52,11 +52,22 @@ def test_omni_offline_api_equals_transformers(omni_models, references, family, a
         assert metric in result.metrics
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
-@pytest.mark.parametrize("graphs", [False, "uncaptured"])
+GRAPH_OPTIONS = {
+    "eager": {"cuda_graphs": False},
+    "uncaptured": {"cuda_graphs": "uncaptured"},
+    "compiled": {"cuda_graphs": "uncaptured", "compile": True},
+}
+
+
+@pytest.mark.parametrize(
+    ("family", "graphs"),
+    [(family, graphs) for family in ("qwen2_5_omni", "qwen3_omni") for graphs in ("eager", "uncaptured")]
+    + [("qwen2_5_omni", "compiled")],  # Qwen3-Omni's MoE stages run without graphs, so without compile
+)
 def test_omni_stage_chain_codes_equal_transformers(omni_models, references, family, graphs):
     """`graphs="uncaptured"` runs the AR stages' CUDA-graph decode step (static buffers, padded batch,
-    the talker's embeddings buffer) eagerly, so its numerics are checked on CPU too."""
+    the talker's embeddings buffer) eagerly, so its numerics are checked on CPU too; "compiled" runs
+    it with the thinker's and the talker's decoder layers compiled by torch.compile (`options.compile`)."""
     reference = references[family]
     request = StageRequest(
         request_id="r0",
@@ -66,7 +77,7 @@ def test_omni_stage_chain_codes_equal_transformers(omni_models, references, fami
     talker = SamplingParams(temperature=0, max_tokens=N_CODES)
     # Small chunks force the code2wav stage to stream with left context rather than decode once
     # (Qwen2.5's token2wav runs a whole ODE per chunk, so its chunks are larger to keep the test quick).
-    deploy = {**CHUNKS[family], "max_batch": 4, "options": {"cuda_graphs": graphs}}
+    deploy = {**CHUNKS[family], "max_batch": 4, "options": GRAPH_OPTIONS[graphs]}
     [result] = run_chain(family, omni_models[family], [request], talker, deploy).values()
     assert result["tokens"] == reference["tokens"]
     assert result["codes"] == reference["codes"]
