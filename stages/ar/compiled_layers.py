@@ -1,7 +1,7 @@
 """Regional compilation of the decode step: one compiled decoder layer, shared by every layer.
 
 `torch.compile` over a whole decode step traces and lowers every layer on its own: for 24 layers
-of the Qwen2.5-Omni talker's shapes that took 188 s on a 2-core CPU against 16 s for one shared
+of the Qwen2.5-Omni talker's shapes that took 190 s on a 2-core CPU against 18 s for one shared
 layer (`benchmarks/decode_compile.py`), and it did not finish within a device call for the 7B
 thinker on the H200. The layers of one model run the same code on weights of the same shapes, so
 here each layer's forward is compiled (Inductor fuses its norms, rotary embedding, residual adds
@@ -13,10 +13,13 @@ module carries its own cache tensors (`PagedKVCache.bind`), so nothing specialis
 The compiled forwards are installed only while a decode step runs (`active()`); prefill chunks,
 whose number, lengths and masks change every step, stay eager and never cause a compilation. A
 model is touched only by the engine that owns it, on that engine's thread, so installing them
-per call is safe beside other stages in the same process. Shapes: the first batch size seen is
-compiled static, the second makes the batch dimension dynamic, and a batch of one gets its own
-specialisation, so at most three compilations per model whatever its depth. transformers'
-output-capturing hooks on the attention modules are dropped (`_drop_output_capturing_hooks`).
+per call is safe beside other stages in the same process. Each graph batch size compiles on its
+own, with static shapes (`dynamic=False`): the graphs' shapes are static anyway, and Dynamo's
+automatic dynamic shapes keep their state per code object, so the talker's layers (the same
+`Qwen2_5OmniDecoderLayer.forward` as the thinker's) would compile with the hidden size dynamic
+after the thinker's had. So a model compiles once per graph batch size, whatever its depth, and
+Dynamo's recompile limit (per code object, shared by all models in the process) is raised to fit.
+transformers' output-capturing hooks inside the layers are dropped (`_drop_output_capturing_hooks`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from contextlib import contextmanager
 import torch
 
 from stages.ar.attention import paged_attention_modules
+
+RECOMPILE_LIMIT = 64
+"""Compiled graphs per decoder-layer class in one process: graph batch sizes x models sharing it."""
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -41,7 +47,9 @@ class CompiledLayers:
         if not self.layers:
             raise ValueError(f"{type(model).__name__} has no decoder layers with the paged attention to compile")
         _drop_output_capturing_hooks(model, self.layers)
-        self._compiled = [torch.compile(layer.forward) for layer in self.layers]
+        config = torch._dynamo.config
+        config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+        self._compiled = [torch.compile(layer.forward, dynamic=False) for layer in self.layers]
 
     @contextmanager
     def active(self) -> Iterator[None]:

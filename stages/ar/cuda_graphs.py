@@ -78,6 +78,12 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def _capture(self) -> None:
+        if self.compiled is not None:
+            logger.info(
+                "compiling the decode step: one graph per batch size %s, shared by %d decoder layers",
+                self.sizes,
+                len(self.compiled.layers),
+            )
         pool = None
         for size in reversed(self.sizes):
             self._warm_up(size)
