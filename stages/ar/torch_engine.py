@@ -8,8 +8,8 @@ are built. Knobs come from `StageDeployConfig`: `max_batch`, `max_length`, `dtyp
 (sizes the paged cache once), `prefill_chunk` (the per-step token budget) and `options`:
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
 "uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (False; true
-compiles the graph step's decoder layers with torch.compile before capture, one graph shared by
-all layers, see `compiled_layers.py`),
+compiles the graph step's decoder layers with torch.compile before capture, one graph per batch
+size shared by all layers, see `compiled_layers.py`),
 `hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
 default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
 which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
