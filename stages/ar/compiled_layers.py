@@ -15,10 +15,11 @@ whose number, lengths and masks change every step, stay eager and never cause a 
 model is touched only by the engine that owns it, on that engine's thread, so installing them
 per call is safe beside other stages in the same process. Each graph batch size compiles on its
 own, with static shapes (`dynamic=False`): the graphs' shapes are static anyway, and Dynamo's
-automatic dynamic shapes keep their state per code object, so the talker's layers (the same
-`Qwen2_5OmniDecoderLayer.forward` as the thinker's) would compile with the hidden size dynamic
-after the thinker's had. So a model compiles once per graph batch size, whatever its depth, and
-Dynamo's recompile limit (per code object, shared by all models in the process) is raised to fit.
+automatic dynamic shapes keep their state per code object (of two Qwen2 models of different
+widths in one process, the second compiled with its hidden size dynamic; the talker's layers run
+the same `Qwen2_5OmniDecoderLayer.forward` as the thinker's). So a model compiles once per graph
+batch size, whatever its depth, and Dynamo's recompile limit (per code object, shared by all
+models in the process) is raised to fit.
 transformers' output-capturing hooks inside the layers are dropped (`_drop_output_capturing_hooks`).
 """
 
