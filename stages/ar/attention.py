@@ -66,14 +66,13 @@ def use_paged_attention(text_model: torch.nn.Module) -> None:
 
 
 def paged_attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The attention modules of `model` that run the paged attention, in layer order."""
-    modules = [
+    """The attention modules of `model` that run the paged attention (each knows its `layer_idx`)."""
+    return [
         module
         for module in model.modules()
         if getattr(module, "layer_idx", None) is not None
         and getattr(getattr(module, "config", None), "_attn_implementation", None) == ATTENTION_NAME
     ]
-    return sorted(modules, key=lambda module: module.layer_idx)
 
 
 def paged_attention_forward(
