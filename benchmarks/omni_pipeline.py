@@ -2,6 +2,8 @@
 
     python benchmarks/omni_pipeline.py --device cpu --model tiny [--family qwen2_5_omni] [--text 32 --codes 64]
     python benchmarks/omni_pipeline.py --device cuda --model 7b-shaped --text 128 --codes 512
+    python benchmarks/omni_pipeline.py --device cuda --model 7b-shaped --text 128 --codes 512 \
+        --warmups 2 --code2wav-autocast dit --chunk 96 --compile --code2wav-compile   # the GPU recipe
 
 Prints, for transformers (sequential) and Omnistage at concurrency 1, 4 and 8: requests/s, TTFT, TTFP,
 E2EL and RTF (wall seconds per second of audio), the mean per-stage durations, plus the throughput ratio
@@ -9,7 +11,9 @@ against transformers. Both sides decode greedily with fixed lengths (min = max t
 same. `--model 7b-shaped` builds Qwen2.5-Omni-7B-shaped random bf16 weights the way
 shared/reference/gpu-baselines/hf_omni_baseline.py does (needs a GPU); token2wav runs in `--code2wav-dtype`
 (float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
-(transformers stays in float32), and new token2wav graph captures are logged.
+(transformers stays in float32), and new token2wav graph captures are logged. `--compile` and
+`--code2wav-compile` turn on `options.compile` (AR stages) and `token2wav_compile`; `--log-windows`
+logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
 """
 
 from __future__ import annotations
@@ -159,6 +163,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "options": {
             "token2wav_dit_autocast": "bfloat16" if args.code2wav_autocast in ("dit", "all") else None,
             "token2wav_vocoder_autocast": "bfloat16" if args.code2wav_autocast == "all" else None,
+            "token2wav_compile": args.code2wav_compile,
         },
     }
     stages = {name: {**ar, "options": {"compile": name in args.compile}} for name in ("thinker", "talker")}
@@ -186,7 +191,8 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) 
             return metrics
 
         for concurrency in args.concurrency:  # warm-up at every size (graph captures, first-seen shapes)
-            await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))
+            for _ in range(args.warmups):
+                await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))
         for concurrency in args.concurrency:
             rounds = max(1, args.repeats if concurrency == 1 else 1)
             results, start = [], time.perf_counter()
@@ -209,6 +215,8 @@ def summary(name: str, results: list[dict], wall: float) -> dict:
         f"E2EL {mean('e2el_s'):7.3f}s  RTF {rtf:6.3f}  audio {mean('audio_s'):5.2f}s",
         flush=True,
     )
+    if len(results) <= 4:
+        print(f"{'':28s} E2EL per request: " + " ".join(f"{r['e2el_s']:.3f}s" for r in results), flush=True)
     stages = sorted({key for r in results for key in r if key.startswith("stage.")})
     if stages:
         print(f"{'':28s} " + "  ".join(f"{key[6:]} {mean(key):.3f}s" for key in stages), flush=True)
@@ -223,6 +231,12 @@ def main() -> None:
     parser.add_argument("--text", type=int, default=32)
     parser.add_argument("--codes", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--warmups",
+        type=int,
+        default=1,
+        help="warm-up rounds at each concurrency before timing (a window shape first seen mid-request is captured then)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--code2wav-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument(
@@ -239,6 +253,10 @@ def main() -> None:
         choices=["thinker", "talker"],
         help="options.compile for these AR stages: their decode graphs run one torch.compiled decoder layer (no names: both)",
     )
+    parser.add_argument(
+        "--code2wav-compile", action="store_true", help="options.token2wav_compile: token2wav's DiT blocks compiled"
+    )
+    parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
     parser.add_argument(
@@ -248,7 +266,9 @@ def main() -> None:
     args = parser.parse_args()
     args.compile = [] if args.compile is None else args.compile or ["thinker", "talker"]
     logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
-    logging.getLogger("stages.generation").setLevel(logging.INFO)
+    logging.getLogger("stages.generation").setLevel(logging.DEBUG if args.log_windows else logging.INFO)
+    if args.compile:
+        logging.getLogger("stages.ar").setLevel(logging.INFO)  # compile progress per graph batch size
     import torch
 
     torch.set_num_threads(args.threads)

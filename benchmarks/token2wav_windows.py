@@ -1,6 +1,6 @@
 """Qwen2.5-Omni token2wav (DiT ODE + BigVGAN) chunk windows: cost per window by precision and length.
 
-    python benchmarks/token2wav_windows.py --device cuda [--modes float32 dit-bf16 all-bf16 bfloat16] [--eager]
+    python benchmarks/token2wav_windows.py --device cuda [--modes float32 dit-bf16 all-bf16 bfloat16] [--eager] [--compile]
 
 The real checkpoint's token2wav dimensions (transformers' defaults, 8448 codes), random weights, the
 same seed for every precision. Precisions: `float32` (what transformers runs and the oracle tests
@@ -9,9 +9,10 @@ check), `dit-bf16` (float32 weights, the DiT's matmuls under bfloat16 autocast: 
 `bfloat16` (bf16 weights). For each window (the first chunk of 5 frames + 12 look-ahead, steady
 chunks of 25, 50, 100 and 200 frames with 48 frames of left context) at each batch size: the first
 decode of its shape (eager plus the CUDA-graph capture), a replayed decode, BigVGAN's share of it,
-seconds of compute per second of audio, and the audio's relative L2 difference from `float32` in the
-same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
-between their audio.
+seconds of compute per second of audio, and the audio's relative L2 difference from the first mode's
+(`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
+between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
+DiT's blocks through torch.compile; the first window's "first" then includes the compilation).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ MODES = {
 SECONDS_PER_FRAME = 0.02
 
 
-def build_decoder(device: str, mode: str):
+def build_decoder(device: str, mode: str, compile_blocks: bool = False):
     from transformers import Qwen2_5OmniToken2WavConfig, Qwen2_5OmniToken2WavModel
 
     from stages.generation.token2wav import Token2WavDecoder
@@ -64,6 +65,7 @@ def build_decoder(device: str, mode: str):
         max_frames=2048,
         dit_autocast=dit_autocast,
         vocoder_autocast=vocoder_autocast,
+        compile_blocks=compile_blocks,
     )
 
 
@@ -107,11 +109,14 @@ def main() -> None:
     parser.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=list(WINDOWS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--eager", action="store_true", help="also time the uncaptured decode")
+    parser.add_argument("--compile", action="store_true", help="each mode also with its DiT blocks compiled")
     args = parser.parse_args()
     frames = np.random.default_rng(0).integers(0, 8000, 700).tolist()
     reference: dict[tuple, list[np.ndarray]] = {}
-    for mode in args.modes:
-        decoder = build_decoder(args.device, mode)
+    runs = [(mode, compiled) for mode in args.modes for compiled in ((False, True) if args.compile else (False,))]
+    for mode, compiled in runs:
+        decoder = build_decoder(args.device, mode, compiled)
+        label = f"{mode}+compile" if compiled else mode
         graphs = decoder.graphs
         for batch in args.batches:
             streams = [
@@ -132,9 +137,9 @@ def main() -> None:
                 seconds = batch * (end - start) * SECONDS_PER_FRAME
                 reference.setdefault((batch, name), audio)
                 line = (
-                    f"{mode:9s} batch {batch} {name:11s} span {span[1] - span[0]:3d}  first {first * 1e3:7.1f} ms"
+                    f"{label:17s} batch {batch} {name:11s} span {span[1] - span[0]:3d}  first {first * 1e3:7.1f} ms"
                     f"  replay {replay * 1e3:7.1f} ms (BigVGAN {vocoder * 1e3:6.1f})"
-                    f"  {replay / seconds:6.3f} s per audio s  rel-L2 vs float32 {relative_l2(audio, reference[(batch, name)]):.1e}"
+                    f"  {replay / seconds:6.3f} s per audio s  rel-L2 vs {runs[0][0]} {relative_l2(audio, reference[(batch, name)]):.1e}"
                 )
                 if args.eager:
                     decoder.graphs = None

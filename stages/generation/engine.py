@@ -15,6 +15,7 @@ Audio leaves as `payloads["audio"]` (float32, mono) with `params["sample_rate"]`
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,6 +27,8 @@ from stages.engine import StageEngine
 from stages.errors import InvalidRequest, StageFailure
 from stages.protocol import StageError, StageOutput, StageRequest
 from stages.tensors import to_wire
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -111,12 +114,23 @@ class GenerationEngine(StageEngine):
         return None
 
     def _decode_group(self, group: list[Window]) -> list[StageOutput]:
+        began = time.perf_counter()
         try:
             audios = self.decoder.decode(group)
         except Exception:
             if len(group) == 1:
                 return [self._fail(group[0].stream, *_describe())]
             return [output for window in group for output in self._decode_group([window])]
+        first = group[0]
+        logger.debug(
+            "decoded frames [%d, %d) of %d request(s) in %.3f s, %.3f s into the request; %d frames in",
+            first.start,
+            first.end,
+            len(group),
+            time.perf_counter() - began,
+            time.perf_counter() - first.stream.started,
+            len(first.stream.frames),
+        )
         return [self._emit(window, audio) for window, audio in zip(group, audios, strict=False)]
 
     def _emit(self, window: Window, audio: np.ndarray) -> StageOutput:

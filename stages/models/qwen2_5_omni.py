@@ -221,6 +221,7 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         cuda_graphs=bool(options.get("token2wav_cuda_graphs", True)),
         dit_autocast=options.get("token2wav_dit_autocast"),
         vocoder_autocast=options.get("token2wav_vocoder_autocast"),
+        compile_blocks=options.get("token2wav_compile", False),
     )
     return GenerationEngine(decoder, stage_deploy, stage_id=2)
 

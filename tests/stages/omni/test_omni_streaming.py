@@ -90,6 +90,74 @@ def test_token2wav_dit_autocast_is_close_to_float32_and_bad_values_are_refused(o
     assert refused.value.field == "options.token2wav_dit_autocast"
 
 
+def test_token2wav_compile_keeps_the_audio_and_compiles_once_for_every_window_length(omni_models):
+    """`token2wav_compile: true` runs the DiT's blocks through torch.compile with dynamic shapes: the
+    blocks share one graph per look-ahead/look-behind pair, windows of every length reuse them (a
+    whole sequence, then chunks of three other lengths), and the audio is the uncompiled decoder's."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from stages.errors import ConfigError
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    codes = np.random.default_rng(3).integers(0, 8192, size=30).tolist()
+
+    def make(part, seq, finished):
+        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
+
+    def decode(options):
+        engine = build_token2wav(
+            omni_models["qwen2_5_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options=options)
+        )
+        whole = _audio(_drive(engine, [codes], make))
+        chunked = _drive(engine, [codes[i : i + 3] for i in range(0, 30, 3)], make)
+        return engine, whole, chunked
+
+    _, eager_whole, eager_chunked = decode({})
+    torch._dynamo.reset()
+    before = counters["stats"]["unique_graphs"]
+    engine, whole, chunked = decode({"token2wav_compile": True})
+    blocks = engine.decoder.dit.transformer_blocks
+    assert (
+        len({(block.look_ahead_block, block.look_backward_block) for block in blocks})
+        == counters["stats"]["unique_graphs"] - before
+    )
+    assert [o.params["frames"] for o in chunked] == [o.params["frames"] for o in eager_chunked]
+    assert len({tuple(o.params["frames"]) for o in chunked}) >= 3
+    assert np.allclose(whole, eager_whole, rtol=1e-4, atol=1e-5 * np.abs(eager_whole).max())
+    assert np.allclose(_audio(chunked), _audio(eager_chunked), rtol=1e-4, atol=1e-5 * np.abs(eager_whole).max())
+    with pytest.raises(ConfigError) as refused:
+        build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={"token2wav_compile": "yes"}))
+    assert refused.value.field == "options.token2wav_compile"
+
+
+def test_token2wav_whose_compiled_blocks_fail_decodes_uncompiled(omni_models, caplog):
+    """A compilation that fails (here: the compiled forwards raise) costs no audio: the decoder logs
+    it, restores the blocks' own forward and decodes the same window again."""
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    codes = np.random.default_rng(4).integers(0, 8192, size=12).tolist()
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("inductor: simulated compilation failure")
+
+    def decode(options, break_compiled=False):
+        engine = build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options=options))
+        if break_compiled:
+            for block in engine.decoder.dit.transformer_blocks:
+                block.forward = failing
+        engine.add_request(StageRequest(request_id="r", stage_id=2, prompt_token_ids=codes))
+        [output] = engine.step()
+        return engine, output
+
+    _, eager = decode({})
+    engine, recovered = decode({"token2wav_compile": True}, break_compiled=True)
+    assert recovered.error is None and engine.decoder.compiled_blocks is False
+    assert all("forward" not in block.__dict__ for block in engine.decoder.dit.transformer_blocks)
+    assert np.allclose(to_numpy(recovered.payloads["audio"]), to_numpy(eager.payloads["audio"]))
+    assert "running them uncompiled" in caplog.text
+
+
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
 def test_omni_eight_concurrent_requests_equal_one_at_a_time(omni_models, family):
     """Thinker, talker (and Qwen3's code predictor) batch the eight requests; each equals its run alone."""
