@@ -173,7 +173,7 @@ class Token2WavDecoder:
             uncompile_dit_blocks(self.dit)
             self.compiled_blocks = False
             if self.graphs is not None:
-                self.graphs.uncapturable.clear()  # shapes whose capture failed on the compiled blocks
+                self.graphs.retry_uncapturable()  # their capture may have failed on the compiled blocks
             return self._sample(cond, ref_mel, codes, noise)
 
     def _autocast(self, dtype):
@@ -287,6 +287,10 @@ class EvaluationGraphs:
         for static, given in zip(captured.window, window, strict=True):
             static.copy_(given)
         return captured.evaluate
+
+    def retry_uncapturable(self) -> None:
+        """Capture again, on their next decode, the shapes whose capture failed."""
+        self.uncapturable.clear()
 
     def _capture(self, key, window, state):
         import torch
