@@ -1,6 +1,6 @@
 """Omnistage settings: one module, driven by the environment.
 
-Every variable is documented in the README's "Settings" table. A malformed value stops
+Every variable is documented in docs/configuration.md. A malformed value stops
 start-up with one line naming the variable and the expected form.
 """
 
