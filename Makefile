@@ -2,7 +2,7 @@
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: run test setup lint models compose-check clean
+.PHONY: run test test-fast setup lint models compose-check clean
 
 run: setup
 	$(PYTHON) manage.py migrate --noinput
@@ -11,6 +11,10 @@ run: setup
 
 test: setup
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: no live processes, no browser, nothing marked slow.
+test-fast: setup
+	$(PYTHON) -m pytest -m "not live and not browser and not slow" $(PYTEST_ARGS)
 
 setup: $(VENV)/.installed
 

@@ -63,6 +63,16 @@ def platform_env(database_url, tmp_path) -> dict[str, str]:
     return env
 
 
+LIVE_FIXTURES = {"platform_env", "redis_url"}
+"""Fixtures that start or reach real platform processes: tests using them are marked `live`."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if LIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.live)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Stop any live server a failed fixture left running (it would hold ports and connections)."""
     stop_all()

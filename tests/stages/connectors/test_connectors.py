@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import redis
+from procs import unavailable
 
 from stages.connectors import (
     Connectors,
@@ -31,7 +32,7 @@ def redis_client(redis_service):
     try:
         client.ping()
     except redis.RedisError as error:
-        pytest.skip(f"no Redis reachable: {error}")
+        unavailable(f"no Redis reachable: {error}")
     yield client
     client.close()
 
