@@ -19,6 +19,7 @@ StageKind = Literal["ar", "generation", "diffusion"]
 Backend = Literal["torch", "vllm", "generation", "diffusers", "echo"]
 DType = Literal["float32", "bfloat16", "float16"]
 ConnectorChoice = Literal["auto", "inline", "shm", "redis"]
+LoadFormat = Literal["auto", "dummy"]
 EdgeCarries = Literal["text", "tokens", "hidden", "codes", "embeddings", "kv"]
 OutputModality = Literal["text", "audio", "image", "video"]
 
@@ -133,6 +134,10 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     max_batch: int = 16
     max_length: int = 2048
     dtype: DType = "float32"
+    load_format: LoadFormat = "auto"
+    """Where the weights come from: "auto" reads them from the checkpoint; "dummy" (vLLM's name) builds
+    the model from the directory's configs on its device and fills every weight with seeded random
+    values, reading no weight file (a config-only directory serves; `options.dummy_seed`, default 0)."""
     kv_memory_mb: int = 256
     prefill_chunk: int = 512
     async_chunk_size: int = 25
@@ -204,6 +209,17 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         if config.backend is None:
             config = msgspec.structs.replace(config, backend=stage.default_backend)
         return config
+
+    def with_load_format(self, load_format: str, pipeline: PipelineConfig) -> DeployConfig:
+        """A copy whose every stage of `pipeline` loads its weights as `load_format` says."""
+        load_format = _convert(load_format, LoadFormat, "load_format")
+        stages = {
+            stage.name: msgspec.structs.replace(
+                self.stages.get(stage.name) or StageDeployConfig(), load_format=load_format
+            )
+            for stage in pipeline.stages
+        }
+        return msgspec.structs.replace(self, stages={**self.stages, **stages})
 
     def validate(self, pipeline: PipelineConfig) -> None:
         known = {stage.name for stage in pipeline.stages}

@@ -5,7 +5,9 @@
     print(omni.generate("Hello")[0].text)
 
 `Omni` is synchronous (its event loop runs on a background thread); `AsyncOmni` streams
-deltas on the caller's loop. Both drive the orchestrator core through the in-process
+deltas on the caller's loop. `load_format="dummy"` (either) builds every stage from the directory's
+configs with seeded random weights: `Omni("qwen2_5_omni_7b", load_format="dummy")` serves a directory
+of configs and tokenizer files only (see `python -m stages.tiny --real-shapes`). Both drive the orchestrator core through the in-process
 driver, with one engine per stage replica on its own thread.
 """
 
@@ -119,10 +121,13 @@ class AsyncOmni:
         family: str | ModelFamily | None = None,
         deploy: DeployConfig | dict[str, Any] | str | None = None,
         pipeline: str | None = None,
+        load_format: str | None = None,
     ):
         self.family, self.model_dir = _resolve_family(model, family)
         self.pipeline: PipelineConfig = self.family.pipeline_named(pipeline)
         self.deploy = _resolve_deploy(deploy, self.pipeline)
+        if load_format is not None:  # every stage, over what the deploy config says
+            self.deploy = self.deploy.with_load_format(load_format, self.pipeline)
         self._driver: InProcessDriver | None = None
         self._starting = asyncio.Lock()
 
@@ -226,8 +231,9 @@ class Omni:
         family: str | ModelFamily | None = None,
         deploy: DeployConfig | dict[str, Any] | str | None = None,
         pipeline: str | None = None,
+        load_format: str | None = None,
     ):
-        self.engine = AsyncOmni(model, family=family, deploy=deploy, pipeline=pipeline)
+        self.engine = AsyncOmni(model, family=family, deploy=deploy, pipeline=pipeline, load_format=load_format)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="omni-loop", daemon=True)
         self._thread.start()

@@ -131,15 +131,13 @@ class ARTorchEngine(StageEngine):
         device: str | None = None,
         stage_id: int = 0,
     ) -> ARTorchEngine:
-        """Load an `AutoModelForCausalLM` checkpoint directory with its tokenizer."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        """Load an `AutoModelForCausalLM` checkpoint directory with its tokenizer (`load_format: dummy`:
+        build the model from its config on the device, with seeded random weights)."""
+        from transformers import AutoTokenizer, GenerationConfig
 
         deploy = stage_deploy or StageDeployConfig()
         register()
-        model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=DTYPES[deploy.dtype], attn_implementation=ATTENTION_NAME
-        )
-        model.to(device or deploy.device).eval()
+        model = load_causal_lm(model_dir, deploy, device or deploy.device)
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         return cls(
             CausalLMAdapter(model),
@@ -380,6 +378,32 @@ class ARTorchEngine(StageEngine):
         self.scheduler.finish(seq, "error")
         self.sequences.pop(seq.request_id, None)
         return self._output(seq, error=StageError(message=f"{type(error).__name__}: {error}", type="server_error"))
+
+
+def load_causal_lm(model_dir: str | Path, deploy: StageDeployConfig, device: str):
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    from stages.models.dummy_weights import build_random, dummy_seed, has_weights
+
+    seed = dummy_seed(deploy)
+    if seed is None:
+        if Path(model_dir).is_dir() and not has_weights(model_dir):
+            raise ConfigError("model", f"{model_dir} has no weight files (configs only serve with load_format dummy)")
+        model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=DTYPES[deploy.dtype], attn_implementation=ATTENTION_NAME
+        )
+        return model.to(device).eval()
+    config = AutoConfig.from_pretrained(str(model_dir))
+    model = build_random(
+        lambda: AutoModelForCausalLM.from_config(
+            config, dtype=DTYPES[deploy.dtype], attn_implementation=ATTENTION_NAME
+        ),
+        device=device,
+        seed=seed,
+    )
+    if (Path(model_dir) / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(model_dir))
+    return model
 
 
 def eos_token_ids(generation_config) -> set[int]:

@@ -9,7 +9,8 @@ so one process hosts one VLLMEngine.
 
 Deploy knobs: dtype, max_length (max_model_len), max_batch (max_num_seqs), kv_memory_mb
 (VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes on GPU); `options["vllm"]` passes
-further EngineArgs as they are. vLLM picks its GPU itself: a host that places the stage
+further EngineArgs as they are; `load_format: dummy` is vLLM's own (its random weights, seeded with
+`options.dummy_seed`). vLLM picks its GPU itself: a host that places the stage
 on "cuda:N" sets CUDA_VISIBLE_DEVICES before building the engine.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 from stages.config import StageDeployConfig
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest
+from stages.models.dummy_weights import dummy_seed
 from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
 
 _FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
@@ -60,6 +62,9 @@ class VLLMEngine(StageEngine):
             seed=0,
             disable_log_stats=True,
         )
+        seed = dummy_seed(stage_deploy)
+        if seed is not None:  # vLLM's own dummy loader: configs and tokenizer only, random weights
+            arguments.update(load_format="dummy", seed=seed)
         if stage_deploy.device != "cpu":
             # our KV budget, not vLLM's default 90 % of the GPU: stages may share a device
             arguments["kv_cache_memory_bytes"] = stage_deploy.kv_memory_mb * 2**20

@@ -208,10 +208,19 @@ def _check_accelerations(options: DiffusionOptions, mode: str) -> None:
 
 
 def load_pipeline(model_dir: str | Path, stage_deploy: StageDeployConfig, options: DiffusionOptions):
-    """A diffusers pipeline from a local directory (or hub id), placed per the deploy config."""
+    """A diffusers pipeline from a local directory (or hub id), placed per the deploy config; with
+    `load_format: dummy` its models are built from their configs with seeded random weights."""
     from diffusers import DiffusionPipeline
 
-    pipe = DiffusionPipeline.from_pretrained(str(model_dir), dtype=DTYPES[stage_deploy.dtype])
+    from stages.diffusion.dummy_pipeline import dummy_pipeline
+    from stages.models.dummy_weights import dummy_seed
+
+    seed = dummy_seed(stage_deploy)
+    if seed is None:
+        pipe = DiffusionPipeline.from_pretrained(str(model_dir), dtype=DTYPES[stage_deploy.dtype])
+    else:
+        build_on = stage_deploy.device if options.cpu_offload == "none" else "cpu"
+        pipe = dummy_pipeline(model_dir, device=build_on, dtype=DTYPES[stage_deploy.dtype], seed=seed)
     pipe.set_progress_bar_config(disable=True)
     if options.cpu_offload == "model":
         pipe.enable_model_cpu_offload(device=stage_deploy.device)

@@ -5,6 +5,10 @@ whole `...ForConditionalGeneration`; each stage builds its own submodule from th
 sub-config and loads the tensors under its prefix (`thinker.`, `talker.`, `token2wav.`,
 `code2wav.`). A few rows of another stage's embedding (speaker / tts tokens the talker
 needs from the thinker's vocabulary) are read by slicing, never the whole matrix.
+
+With `dummy_seed` set (the stage's `load_format` is "dummy"), nothing is read: the submodule is
+built on its device with seeded random weights (stages/models/dummy_weights.py) and the rows are
+drawn as the thinker's embedding is initialised.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.errors import ConfigError
+from stages.models.dummy_weights import build_random, random_rows
 
 
 def weight_files(model_dir: str | Path) -> list[Path]:
@@ -24,7 +29,9 @@ def weight_files(model_dir: str | Path) -> list[Path]:
         return [model_dir / shard for shard in shards]
     single = model_dir / "model.safetensors"
     if not single.is_file():
-        raise ConfigError("model", f"{model_dir} has no model.safetensors")
+        raise ConfigError(
+            "model", f"{model_dir} has no model.safetensors (a directory of configs only serves with load_format dummy)"
+        )
     return [single]
 
 
@@ -43,10 +50,23 @@ def load_state(model_dir: str | Path, prefix: str, device: str = "cpu") -> dict[
     return state
 
 
-def load_submodule(model_dir: str | Path, module_class: type, config: Any, prefix: str, *, device: str, dtype: Any):
-    """Build `module_class(config)` on `device` and load its weights from the checkpoint."""
+def load_submodule(
+    model_dir: str | Path,
+    module_class: type,
+    config: Any,
+    prefix: str,
+    *,
+    device: str,
+    dtype: Any,
+    dummy_seed: int | None = None,
+):
+    """Build `module_class(config)` on `device` and load its weights from the checkpoint (with
+    `dummy_seed`: fill them with random values drawn from that seed instead)."""
     import torch
 
+    if dummy_seed is not None:
+        module = build_random(lambda: module_class._from_config(config, dtype=dtype), device=device, seed=dummy_seed)
+        return module.to(dtype)
     with torch.device(device):
         module = module_class._from_config(config, dtype=dtype)
     state = fuse_experts(load_state(model_dir, prefix, device=device), module.state_dict().keys())
@@ -54,6 +74,15 @@ def load_submodule(model_dir: str | Path, module_class: type, config: Any, prefi
     if unexpected or [key for key in missing if not key.endswith("inv_freq")]:
         raise ConfigError("model", f"{prefix} weights do not fit: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return module.to(dtype).eval()
+
+
+def thinker_embedding_rows(model_dir: str | Path, text_config: Any, ids: list[int], *, device: str, dummy_seed=None):
+    """Rows `ids` of the thinker's input embedding (the talkers read a few), without loading the thinker:
+    sliced from the checkpoint, or with `dummy_seed` drawn as the thinker's embedding is initialised."""
+    if dummy_seed is not None:
+        std = text_config.initializer_range
+        return random_rows(len(ids), text_config.hidden_size, std=std, seed=dummy_seed, device=device)
+    return load_rows(model_dir, "thinker.model.embed_tokens.weight", ids, device)
 
 
 def load_rows(model_dir: str | Path, key: str, rows: list[int], device: str = "cpu"):

@@ -13,7 +13,8 @@ The stages reproduce `Qwen2_5OmniForConditionalGeneration.generate(..., return_a
 
 Loading: each stage builds its own submodule from the sub-config and loads only the
 tensors under `thinker.` / `talker.` / `token2wav.` (the talker also reads four rows of the
-thinker's embedding matrix by slicing). Inputs (stages/models/omni_inputs.py): text, audio,
+thinker's embedding matrix by slicing), or with `load_format: dummy` fills it with seeded random
+weights (stages/models/omni_weights.py). Inputs (stages/models/omni_inputs.py): text, audio,
 image and video parts; video is decoded with PyAV and patchified without torchvision, each clip's
 `<|VIDEO|>` expanded to t x h x w / 4 tokens and its own audio track unused
 (`use_audio_in_video=False`). Voices: the speakers of spk_dict.pt.
@@ -28,6 +29,7 @@ from stages.config import EdgeConfig, PipelineConfig, StageConfig, StageDeployCo
 from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import DEFAULT_VARIANT, ModelFamily
+from stages.models.dummy_weights import dummy_seed
 from stages.protocol import StageRequest
 
 FAMILY = "qwen2_5_omni"
@@ -163,6 +165,7 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         "thinker.",
         device=stage_deploy.device,
         dtype=_dtype(stage_deploy),
+        dummy_seed=dummy_seed(stage_deploy),
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return build_thinker_engine(thinker, tokenizer, stage_deploy, hidden_layer=-1, stop_ids=())
@@ -184,9 +187,12 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         "talker.",
         device=stage_deploy.device,
         dtype=_dtype(stage_deploy),
+        dummy_seed=dummy_seed(stage_deploy),
     )
     voices = {name: int(value["bos_token"]) for name, value in speakers(model_dir).items()}
-    thinker_rows = talker_thinker_rows(model_dir, talker_config, voices, stage_deploy.device, _dtype(stage_deploy))
+    thinker_rows = talker_thinker_rows(
+        model_dir, config(model_dir), voices, stage_deploy.device, _dtype(stage_deploy), dummy_seed(stage_deploy)
+    )
     engine = ARTorchEngine(
         TalkerAdapter(talker), None, stage_deploy, device=stage_deploy.device, eos_token_ids=set(TALKER_EOS), stage_id=1
     )
@@ -209,6 +215,7 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         "token2wav.",
         device=stage_deploy.device,
         dtype=_dtype(stage_deploy),
+        dummy_seed=dummy_seed(stage_deploy),
     )
     options = stage_deploy.options
     decoder = Token2WavDecoder(

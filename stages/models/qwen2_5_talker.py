@@ -173,10 +173,14 @@ class TalkerEngine(OmniTalkerEngine):
         seq.position_delta = int(delta.reshape(-1)[0])
 
 
-def talker_thinker_rows(model_dir: str, talker_config, voices: dict[str, int], device: str, dtype) -> dict:
+def talker_thinker_rows(
+    model_dir: str, config, voices: dict[str, int], device: str, dtype, dummy_seed: int | None = None
+) -> dict:
     """The rows of the thinker's embedding the talker reads: the speakers' bos and tts_text eos/pad."""
-    from stages.models.omni_weights import load_rows
+    from stages.models.omni_weights import thinker_embedding_rows
 
+    talker_config = config.talker_config
     ids = sorted({*voices.values(), talker_config.tts_text_end_token_id, talker_config.tts_text_pad_token_id})
-    rows = load_rows(model_dir, "thinker.model.embed_tokens.weight", ids, device)
+    text_config = config.thinker_config.text_config
+    rows = thinker_embedding_rows(model_dir, text_config, ids, device=device, dummy_seed=dummy_seed)
     return {token: rows[index].to(dtype) for index, token in enumerate(ids)}

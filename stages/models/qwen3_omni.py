@@ -27,6 +27,7 @@ from stages.config import EdgeConfig, PipelineConfig, StageConfig, StageDeployCo
 from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import DEFAULT_VARIANT, ModelFamily
+from stages.models.dummy_weights import dummy_seed
 from stages.protocol import StageRequest
 
 FAMILY = "qwen3_omni"
@@ -149,6 +150,7 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         "thinker.",
         device=stage_deploy.device,
         dtype=_dtype(stage_deploy),
+        dummy_seed=dummy_seed(stage_deploy),
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     hidden_layer = whole.talker_config.accept_hidden_layer
@@ -162,7 +164,7 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import Qwen3OmniMoeTalkerForConditionalGeneration
 
     from stages.ar.torch_engine import ARTorchEngine
-    from stages.models.omni_weights import load_rows, load_submodule
+    from stages.models.omni_weights import load_submodule, thinker_embedding_rows
     from stages.models.qwen3_talker import TalkerAdapter, TalkerEngine
 
     model_dir = str(model_dir)
@@ -174,10 +176,17 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         "talker.",
         device=stage_deploy.device,
         dtype=_dtype(stage_deploy),
+        dummy_seed=dummy_seed(stage_deploy),
     )
     talker.config.audio_config = whole.thinker_config.audio_config
     special_ids = [whole.tts_bos_token_id, whole.tts_eos_token_id, whole.tts_pad_token_id]
-    rows = load_rows(model_dir, "thinker.model.embed_tokens.weight", special_ids, stage_deploy.device)
+    rows = thinker_embedding_rows(
+        model_dir,
+        whole.thinker_config.text_config,
+        special_ids,
+        device=stage_deploy.device,
+        dummy_seed=dummy_seed(stage_deploy),
+    )
     with torch.inference_mode():
         bos, eos, pad = talker.text_projection(rows.to(_dtype(stage_deploy))[None]).chunk(3, dim=1)
     specials = {"bos": bos[0, 0], "eos": eos[0, 0], "pad": pad[0, 0]}
@@ -204,6 +213,7 @@ def build_code2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         "code2wav.",
         device=stage_deploy.device,
         dtype=torch.float32,
+        dummy_seed=dummy_seed(stage_deploy),
     )
     left = stage_deploy.options.get("code2wav_left_context")
     decoder = Code2WavDecoder(module, device=stage_deploy.device, left_context=None if left is None else int(left))

@@ -3,7 +3,8 @@
 `build(name, out_dir)` runs the builder registered under `name`; `build_all(root)` builds every
 registered checkpoint under `root/<name>` and skips those already complete (a `.complete` marker is
 written last). The registry maps names to "module:function" strings so importing it imports no torch.
-Each area adds its builders here, one line each.
+Each area adds its builders here, one line each. `build_all(root, builders=REAL_SHAPES)` writes the
+real-shape directories instead (published configs, no weights: stages/tiny/real_shapes.py).
 """
 
 from __future__ import annotations
@@ -25,13 +26,21 @@ BUILDERS: dict[str, str] = {
     "ar_to_dit": "stages.tiny.diffusion:build_ar_to_dit",
 }
 
+REAL_SHAPES: dict[str, str] = {
+    "qwen2_5_omni_7b": "stages.tiny.real_shapes:write_qwen2_5_omni_7b",
+    "qwen3_omni_30b_a3b": "stages.tiny.real_shapes:write_qwen3_omni_30b_a3b",
+    "qwen2_5_0_5b": "stages.tiny.real_shapes:write_qwen2_5_0_5b",
+    "sd3_medium": "stages.tiny.real_shapes:write_sd3_medium",
+}
+"""Real-shape config directories (no weights; they serve with `load_format: dummy`)."""
+
 COMPLETE_MARKER = ".complete"
 
 
-def builder(name: str) -> Callable[[Path], Path]:
-    if name not in BUILDERS:
-        raise KeyError(f"no tiny builder named {name!r} (known: {sorted(BUILDERS)})")
-    module_name, _, function_name = BUILDERS[name].partition(":")
+def builder(name: str, builders: dict[str, str] = BUILDERS) -> Callable[[Path], Path]:
+    if name not in builders:
+        raise KeyError(f"no builder named {name!r} (known: {sorted(builders)})")
+    module_name, _, function_name = builders[name].partition(":")
     return getattr(importlib.import_module(module_name), function_name)
 
 
@@ -39,13 +48,13 @@ def is_built(out_dir: str | Path) -> bool:
     return (Path(out_dir) / COMPLETE_MARKER).exists()
 
 
-def build(name: str, out_dir: str | Path) -> Path:
+def build(name: str, out_dir: str | Path, builders: dict[str, str] = BUILDERS) -> Path:
     """Build checkpoint `name` into `out_dir` (rebuilt from scratch) and mark it complete."""
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    builder(name)(out)
+    builder(name, builders)(out)
     (out / COMPLETE_MARKER).write_text(name + "\n")
     return out
 
@@ -54,9 +63,10 @@ def build_all(
     root: str | Path,
     only: Iterable[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    builders: dict[str, str] = BUILDERS,
 ) -> dict[str, Path]:
     """Build the registered checkpoints (or `only` those) under `root/<name>`, skipping complete ones."""
-    names = list(only) if only else list(BUILDERS)
+    names = list(only) if only else list(builders)
     built = {}
     for name in names:
         out = Path(root) / name
@@ -66,7 +76,7 @@ def build_all(
         else:
             if progress:
                 progress(f"{name}: building at {out} ...")
-            build(name, out)
+            build(name, out, builders)
             if progress:
                 progress(f"{name}: done")
         built[name] = out

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from stages.models.dummy_weights import check_finite, redraw_experts
 from stages.tiny.omni_tokenizer import (
     QWEN2_5_OMNI_CHAT_TEMPLATE,
     QWEN2_5_OMNI_NAMED,
@@ -238,21 +239,9 @@ def build_qwen2_5_omni(out_dir: str | Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
     model = Qwen2_5OmniForConditionalGeneration(qwen2_5_omni_config()).eval()
-    _check_finite(model)
+    check_finite(model)
     model.save_pretrained(out_dir)
-    dit = model.config.token2wav_config.dit_config
-    generator = torch.Generator().manual_seed(SEED)
-    speakers = {
-        name: {
-            "bos_token": bos,
-            "cond": torch.randn(1, dit.enc_emb_dim, generator=generator),
-            "ref_mel": torch.randn(1, 300, dit.mel_dim, generator=generator),
-        }
-        for name, bos in QWEN2_5_SPEAKERS.items()
-    }
-    torch.save(speakers, out_dir / "spk_dict.pt")
-    tokenizer = build_omni_tokenizer(out_dir, QWEN2_5_OMNI_SPECIALS, QWEN2_5_OMNI_NAMED, QWEN2_5_OMNI_CHAT_TEMPLATE)
-    _write_processor_files(out_dir, "Qwen2_5OmniProcessor", patch=14, mean_std=None, chat_template=tokenizer)
+    write_qwen2_5_omni_files(out_dir, model.config)
     return out_dir
 
 
@@ -264,35 +253,41 @@ def build_qwen3_omni(out_dir: str | Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(SEED)
     model = Qwen3OmniMoeForConditionalGeneration(qwen3_omni_config()).eval()
-    _redraw_experts(model)
-    _check_finite(model)
+    redraw_experts(model, torch.Generator().manual_seed(SEED + 1))  # transformers leaves the talker's empty
+    check_finite(model)
     model.save_pretrained(out_dir)
-    tokenizer = build_omni_tokenizer(out_dir, QWEN3_OMNI_SPECIALS, QWEN3_OMNI_NAMED, QWEN3_OMNI_CHAT_TEMPLATE)
-    _write_processor_files(out_dir, "Qwen3OmniMoeProcessor", patch=16, mean_std=0.5, chat_template=tokenizer)
+    write_qwen3_omni_files(out_dir)
     return out_dir
 
 
-def _redraw_experts(model) -> None:
-    """transformers leaves `*Experts` tensors uninitialised (torch.empty): re-draw them N(0, 0.02)."""
+def write_qwen2_5_omni_files(out_dir: Path, config) -> None:
+    """Everything of a Qwen2.5-Omni checkpoint but its weights: the voices, tokenizer and processor files."""
+    write_speakers(out_dir, config.token2wav_config.dit_config)
+    tokenizer = build_omni_tokenizer(out_dir, QWEN2_5_OMNI_SPECIALS, QWEN2_5_OMNI_NAMED, QWEN2_5_OMNI_CHAT_TEMPLATE)
+    _write_processor_files(out_dir, "Qwen2_5OmniProcessor", patch=14, mean_std=None, chat_template=tokenizer)
+
+
+def write_qwen3_omni_files(out_dir: Path) -> None:
+    """Everything of a Qwen3-Omni checkpoint but its weights (its voices are config ids): tokenizer and processor."""
+    tokenizer = build_omni_tokenizer(out_dir, QWEN3_OMNI_SPECIALS, QWEN3_OMNI_NAMED, QWEN3_OMNI_CHAT_TEMPLATE)
+    _write_processor_files(out_dir, "Qwen3OmniMoeProcessor", patch=16, mean_std=0.5, chat_template=tokenizer)
+
+
+def write_speakers(out_dir: Path, dit_config) -> None:
+    """`spk_dict.pt`, Qwen2.5-Omni's voices: per speaker its talker bos token and the token2wav DiT's
+    conditioning (`cond`, the speaker embedding) and reference mel, seeded random in the DiT's sizes."""
     import torch
 
-    generator = torch.Generator().manual_seed(SEED + 1)
-    with torch.no_grad():
-        for _name, module in model.named_modules():
-            if type(module).__name__.endswith("Experts"):
-                for param_name, param in module.named_parameters(recurse=False):
-                    if "bias" in param_name:
-                        param.zero_()
-                    else:
-                        param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
-
-
-def _check_finite(model) -> None:
-    import torch
-
-    for name, param in model.named_parameters():
-        if not torch.isfinite(param).all() or param.abs().max() > 1e3:
-            raise RuntimeError(f"tiny checkpoint parameter {name} is not finite or too large")
+    generator = torch.Generator().manual_seed(SEED)
+    speakers = {
+        name: {
+            "bos_token": bos,
+            "cond": torch.randn(1, dit_config.enc_emb_dim, generator=generator),
+            "ref_mel": torch.randn(1, 300, dit_config.mel_dim, generator=generator),
+        }
+        for name, bos in QWEN2_5_SPEAKERS.items()
+    }
+    torch.save(speakers, out_dir / "spk_dict.pt")
 
 
 def _write_processor_files(out_dir: Path, processor_class: str, *, patch: int, mean_std, chat_template) -> None:
