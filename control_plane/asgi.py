@@ -2,9 +2,10 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
+
+from control_plane.system.asgi_handler import get_asgi_application  # noqa: E402 - after the settings module
+
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first

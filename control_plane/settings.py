@@ -6,6 +6,7 @@ start-up with one line naming the variable and the expected form.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -65,6 +66,8 @@ try:
     REDIS_POOL_TIMEOUT_S = env_float("OMNISTAGE_REDIS_POOL_TIMEOUT_S", 10.0, minimum=0.1)
     WEB_HOST = env_str("OMNISTAGE_HOST", "127.0.0.1")
     WEB_PORT = env_int("OMNISTAGE_PORT", 8000, minimum=1)
+    WEB_PROCESSES = env_int("OMNISTAGE_WEB_PROCESSES", os.cpu_count() or 1, minimum=1)
+    WEB_ACCESS_LOG = env_bool("OMNISTAGE_WEB_ACCESS_LOG", False)
     WORKER_POOLS = env_list("OMNISTAGE_POOLS", ["cpu"])
     WORKER_CONCURRENCY = env_int("OMNISTAGE_WORKER_CONCURRENCY", 2, minimum=1)
 except EnvError as error:
@@ -120,14 +123,15 @@ INSTALLED_APPS = [
 OUR_APPS = ["system", "accounts", "deployments", "inference", "orchestrator", "console"]
 MIGRATION_MODULES = {label: f"migrations.{label}" for label in OUR_APPS}
 
+# Django's own middleware, with their hooks run in the event loop (control_plane/system/middleware.py)
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "control_plane.system.middleware.SecurityMiddleware",
+    "control_plane.system.middleware.SessionMiddleware",
+    "control_plane.system.middleware.CommonMiddleware",
+    "control_plane.system.middleware.CsrfViewMiddleware",
+    "control_plane.system.middleware.AuthenticationMiddleware",
+    "control_plane.system.middleware.MessageMiddleware",
+    "control_plane.system.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "control_plane.urls"
@@ -236,6 +240,8 @@ try:
     ACCOUNTS_LOGIN_WINDOW_S = env_int("OMNISTAGE_LOGIN_WINDOW_S", 900, minimum=1)
     ACCOUNTS_QUOTA_LEASE_S = env_int("OMNISTAGE_QUOTA_LEASE_S", 600, minimum=1)
     ACCOUNTS_QUOTA_RULES_TTL_S = env_float("OMNISTAGE_QUOTA_RULES_TTL_S", 5.0, minimum=0)
+    ACCOUNTS_KEY_CACHE_TTL_S = env_float("OMNISTAGE_KEY_CACHE_TTL_S", 300.0, minimum=0)
+    DEPLOYMENT_CACHE_TTL_S = env_float("OMNISTAGE_DEPLOYMENT_CACHE_TTL_S", 30.0, minimum=0)
 except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
 

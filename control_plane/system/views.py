@@ -5,8 +5,8 @@ from control_plane.system.readiness import as_json, platform_status
 
 
 @require_GET
-def health(request):
-    """Liveness: the web process answers."""
+async def health(request):
+    """Liveness: the web process answers (in its event loop: no thread, no database)."""
     return JsonResponse({"status": "ok"})
 
 
