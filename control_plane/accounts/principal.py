@@ -10,11 +10,10 @@ DRF's SessionAuthentication does; key-authenticated requests need none.
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from rest_framework.authentication import CSRFCheck
 
 from control_plane.accounts.permissions import AccessDenied
-from control_plane.accounts.services import api_key_authenticate
+from control_plane.accounts.services import aapi_key_authenticate, api_key_authenticate
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
@@ -31,7 +30,7 @@ async def arequest_principal(request):
     """(user, api_key or None) for an async view; raises AccessDenied (401)."""
     secret = _bearer_secret(request)
     if secret is not None:
-        return _principal_of_key(await sync_to_async(api_key_authenticate)(secret))
+        return _principal_of_key(await aapi_key_authenticate(secret))
     return _principal_of_session(request, await request.auser())
 
 

@@ -1,4 +1,4 @@
-"""API key services: create (the secret is returned once), revoke, authenticate."""
+"""API key services: create (the secret is returned once), revoke, authenticate (control_plane/accounts/key_cache.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from datetime import datetime, timedelta
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from control_plane.accounts.key_cache import key_cache, key_changed
 from control_plane.accounts.keys import hash_secret, matches, new_secret, prefix_of
 from control_plane.accounts.models import ApiKey
+from control_plane.orm_threads import in_background, orm_in_thread
 
 DEFAULT_SCOPES = [ApiKey.Scope.INFERENCE, ApiKey.Scope.DEPLOYMENTS_READ, ApiKey.Scope.DEPLOYMENTS_WRITE]
 LAST_USED_RESOLUTION = timedelta(seconds=60)
@@ -49,23 +51,58 @@ def api_key_create(
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:
     ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    key_changed(key.prefix)
     key.refresh_from_db()
     return key
 
 
 def api_key_authenticate(secret: str) -> ApiKey | None:
-    """The active key for `secret`, or None. Compares hashes in constant time."""
+    """The active key for `secret`, or None. Compares hashes in constant time; the key comes
+    from the process's key cache (no query) when it is there."""
+    key = _key_for(secret, lambda prefix: key_cache.get(prefix) or key_cache.load(prefix, _load_key))
+    if key is not None and _last_used_is_stale(key):
+        _touch_last_used(key)
+    return key
+
+
+async def aapi_key_authenticate(secret: str) -> ApiKey | None:
+    """`api_key_authenticate` for async views: a cached key is answered in the event loop, a
+    miss reads the database from a pooled thread, and `last_used_at` is written in the background."""
     prefix = prefix_of(secret)
     if prefix is None:
         return None
-    key = ApiKey.objects.select_related("user").filter(prefix=prefix).first()
-    if key is None or not matches(secret, key.hashed_secret) or not key.is_active or not key.user.is_active:
-        return None
-    now = timezone.now()
-    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)  # at most once a minute per key
-        key.last_used_at = now
+    key = key_cache.get(prefix) or await orm_in_thread(key_cache.load)(prefix, _load_key)
+    key = key if key is not None and _usable(key, secret) else None
+    if key is not None and _last_used_is_stale(key):
+        key.last_used_at = timezone.now()  # one write per key and resolution, not one per request
+        in_background(orm_in_thread(_touch_last_used)(key))
     return key
+
+
+def _key_for(secret: str, find) -> ApiKey | None:
+    prefix = prefix_of(secret)
+    if prefix is None:
+        return None
+    key = find(prefix)
+    return key if key is not None and _usable(key, secret) else None
+
+
+def _load_key(prefix: str) -> ApiKey | None:
+    return ApiKey.objects.select_related("user").filter(prefix=prefix).first()
+
+
+def _usable(key: ApiKey, secret: str) -> bool:
+    return matches(secret, key.hashed_secret) and key.is_active and key.user.is_active
+
+
+def _last_used_is_stale(key: ApiKey) -> bool:
+    return key.last_used_at is None or timezone.now() - key.last_used_at > LAST_USED_RESOLUTION
+
+
+def _touch_last_used(key: ApiKey) -> None:
+    now = timezone.now()
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)  # at most once a minute per key
+    key.last_used_at = now
 
 
 def api_key_validate(

@@ -6,7 +6,11 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import models
+from django.dispatch import Signal
 from django.utils import timezone
+
+state_changed = Signal()
+"""Sent (sender: the model, pk) after a row moved: queryset updates send no post_save."""
 
 CAS_ATTEMPTS = 5
 """How often `transition_from_current` re-reads a row that another writer moved meanwhile."""
@@ -19,6 +23,8 @@ def transition(
     updated = model.objects.filter(pk=pk, state__in=list(from_states)).update(
         state=to_state, state_changed_at=at or timezone.now(), **fields
     )
+    if updated == 1:
+        state_changed.send(sender=model, pk=pk)
     return updated == 1
 
 

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from asgiref.sync import sync_to_async
-
 from control_plane.accounts.permissions import check_access, deployment_allowed
 from control_plane.accounts.principal import arequest_principal
 from control_plane.deployments.models import Deployment, DeploymentState
+from control_plane.deployments.served_cache import served_cache
 from control_plane.openai_compat.errors import ApiError
+from control_plane.orm_threads import orm_in_thread
 from stages.config import DeployConfig, PipelineConfig, load_deploy_config, load_pipeline_config
 from stages.errors import ConfigError
 
@@ -49,8 +49,36 @@ async def authenticate(request) -> Caller:
     return Caller(user, api_key)
 
 
-def _deployment_named(name: str) -> Deployment | None:
-    return Deployment.objects.select_related("pipeline").filter(name=name).first()
+@dataclass(frozen=True)
+class Lookup:
+    """A deployment by name as the database has it, with its pipeline parsed (or why not)."""
+
+    deployment: Deployment | None
+    pipeline: PipelineConfig | None = None
+    pipeline_error: str = ""
+
+    @property
+    def servable(self) -> bool:
+        return self.pipeline is not None and self.deployment.state == DeploymentState.RUNNING
+
+    @cached_property
+    def served(self) -> Served:
+        return Served(self.deployment, self.pipeline)  # kept with the lookup: its deploy config is parsed once
+
+
+def _lookup(name: str) -> Lookup:
+    deployment = Deployment.objects.select_related("pipeline").filter(name=name).first()
+    if deployment is None:
+        return Lookup(None)
+    try:
+        return Lookup(deployment, load_pipeline_config(deployment.pipeline.config))
+    except ConfigError as error:
+        return Lookup(deployment, pipeline_error=str(error))
+
+
+async def lookup_deployment(name: str) -> Lookup:
+    """From this process's cache when the deployment is RUNNING (deployments/served_cache.py)."""
+    return served_cache.get(name) or await orm_in_thread(served_cache.load)(name, _lookup, Lookup.servable.fget)
 
 
 async def served_deployment(caller: Caller, model: str, check: Callable[[Served], None] | None = None) -> Served:
@@ -60,7 +88,8 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
     others), 503 with Retry-After when it exists but is not RUNNING. `check` runs before the
     state check, so an endpoint the pipeline can never serve answers 400 whatever its state.
     """
-    deployment = await sync_to_async(_deployment_named)(model)
+    found = await lookup_deployment(model)
+    deployment = found.deployment
     if deployment is None or not deployment_allowed(caller.api_key, deployment):
         raise ApiError(
             404,
@@ -69,11 +98,10 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
             code="model_not_found",
         )
     check_access(caller.user, caller.api_key, INFERENCE, deployment)
-    try:
-        pipeline = load_pipeline_config(deployment.pipeline.config)
-    except ConfigError as error:
-        raise ApiError(500, f"The model's pipeline configuration is invalid: {error}", code="bad_pipeline") from None
-    served = Served(deployment, pipeline)
+    if found.pipeline is None:
+        message = f"The model's pipeline configuration is invalid: {found.pipeline_error}"
+        raise ApiError(500, message, code="bad_pipeline")
+    served = found.served
     if check is not None:
         check(served)
     if deployment.state != DeploymentState.RUNNING:

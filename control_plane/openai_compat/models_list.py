@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.http import JsonResponse
 
+from control_plane import invalidation
 from control_plane.accounts.permissions import deployment_allowed
 from control_plane.deployments.queries import running_deployments
+from control_plane.deployments.served_cache import TOPIC, ttl_s
 from control_plane.openai_compat.access import authenticate, served_deployment
 from control_plane.openai_compat.errors import openai_endpoint
+from control_plane.orm_threads import orm_in_thread
+
+RUNNING = "running"
+running_cache = invalidation.InvalidatedCache(TOPIC, ttl_s)  # one entry: the running deployments' model objects
 
 
 def model_object(deployment) -> dict:
@@ -24,15 +29,15 @@ def model_object(deployment) -> dict:
     }
 
 
-def _running() -> list:
-    return list(running_deployments())
+def _running(_name: str) -> list[dict]:
+    return [model_object(deployment) for deployment in running_deployments()]
 
 
 @openai_endpoint("GET")
 async def model_list(request):
     caller = await authenticate(request)
-    deployments = await sync_to_async(_running)()
-    data = [model_object(d) for d in deployments if deployment_allowed(caller.api_key, d)]
+    models = running_cache.get(RUNNING) or await orm_in_thread(running_cache.load)(RUNNING, _running, lambda _: True)
+    data = [model for model in models if deployment_allowed(caller.api_key, model["id"])]
     return JsonResponse({"object": "list", "data": data})
 
 

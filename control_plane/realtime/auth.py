@@ -16,7 +16,7 @@ from channels.db import database_sync_to_async
 
 from control_plane.accounts.models import ApiKey
 from control_plane.accounts.permissions import AccessDenied, check_access
-from control_plane.accounts.services import api_key_authenticate
+from control_plane.accounts.services import aapi_key_authenticate
 from control_plane.realtime.client_secrets import Grant, client_secret_resolve, is_client_secret
 
 SUBPROTOCOL_KEY_PREFIX = "openai-insecure-api-key."
@@ -57,7 +57,7 @@ async def authenticate(scope, client: redis.asyncio.Redis) -> Principal:
         user, api_key = await database_sync_to_async(_principal_of_grant)(grant)
         check_access(user, api_key, "inference", grant.deployment)
         return Principal(user, api_key, grant)
-    api_key = await database_sync_to_async(api_key_authenticate)(secret)
+    api_key = await aapi_key_authenticate(secret)
     if api_key is None:
         raise AccessDenied.unauthenticated("Invalid, expired or revoked API key.")
     check_access(api_key.user, api_key, "inference")
