@@ -1,12 +1,16 @@
-"""What the OpenAI-compatible layer costs: /v1/chat/completions (auth, validation, history
-row, quota, SSE) against the bare serving path (`serve()` over the Redis orchestrator) to
-the same echo deployment, in the same run.
+"""What the web tier costs: /v1/chat/completions (auth, validation, history row, quota, SSE),
+/health and /v1/models against the bare serving path (`serve()` over the Redis orchestrator)
+to the same echo deployment, in the same run.
 
-    .venv/bin/python benchmarks/serving.py [--requests 50] [--words 8]
+    .venv/bin/python benchmarks/serving.py [--database sqlite|postgres] [--web-processes N]
+                                           [--concurrency 40] [--requests 400] [--words 8]
 
-Starts its own redis-server, Celery worker, orchestrator and daphne on a scratch SQLite
-database (nothing of a running `make run` is touched). Prints latency percentiles of
-each path one request at a time and under concurrency, the added latency and the ratios.
+Starts its own redis-server, Celery worker, orchestrator and web tier (`manage.py web`, N
+daphne processes on one port) on a scratch SQLite file or a scratch PostgreSQL database
+(`--postgres-server`, dropped afterwards). The HTTP client is benchmarks/http_load.py (raw
+HTTP/1.1 keep-alive: httpx would spend more CPU than the server it measures). Prints, per
+path, latency one request at a time and throughput under concurrency, then the bars:
+throughput of /v1 over serve(), the p50 /v1 adds one at a time, /health's req/s.
 """
 
 from __future__ import annotations
@@ -15,14 +19,14 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from http_load import Reply, expect_status, load
+from live_platform import DEFAULT_POSTGRES, LivePlatform
+
 ECHO_OPTIONS = {"tokens_per_step": 1}
 
 
@@ -35,159 +39,132 @@ def prompt(words: int) -> str:
     return " ".join(f"w{i}" for i in range(words))
 
 
-def start_platform(var_dir: Path):
-    from procs import PYTHON, Proc, RedisServer, free_port, wait_for
-
-    redis_server = RedisServer(var_dir / "redis").start()
-    port = free_port()
-    env = {
-        **os.environ,
-        "OMNISTAGE_VAR_DIR": str(var_dir),
-        "REDIS_URL": redis_server.url,
-        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-        "OMNISTAGE_HEARTBEAT_TTL": "3",
-        "DJANGO_SETTINGS_MODULE": "control_plane.settings",
-    }
-    env.pop("DATABASE_URL", None)
-    os.environ.update({k: env[k] for k in ("OMNISTAGE_VAR_DIR", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})
-    os.environ.pop("DATABASE_URL", None)
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-
-    from control_plane.accounts.services import api_key_create
-
-    call_command("migrate", verbosity=0)
-    call_command("sync_pipelines", verbosity=0)
-    logs = var_dir / "logs"
-    logs.mkdir()
-    procs = [
-        Proc([PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "--without-mingle",
-              "--without-gossip", "-l", "WARNING"], env, logs / "worker.log"),
-        Proc([PYTHON, "manage.py", "orchestrator"], env, logs / "orchestrator.log"),
-        Proc([PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "control_plane.asgi:application"], env,
-             logs / "web.log"),
-    ]  # fmt: skip
-    from control_plane.deployments.models import Deployment, Pipeline
-    from control_plane.deployments.services import deployment_create
-
-    user = get_user_model().objects.create_user("bench", password="x")
-    _, secret = api_key_create(user=user, name="bench", scopes=["inference"])
-    deployment = deployment_create(
-        name="bench-echo",
-        pipeline=Pipeline.objects.get(name="echo"),
-        model_dir="-",
-        deploy_config={"stages": {"echo": {"options": ECHO_OPTIONS}}, "max_queue": 4096},
-    )
-    wait_for(
-        lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=120, what="deployment RUNNING"
-    )
-    import httpx
-
-    base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: httpx.get(f"{base}/health").status_code == 200, timeout=60, what="web up")
-    return redis_server, procs, str(deployment.id), base, secret
-
-
-async def direct(deployment_id: str, redis_url: str, requests: int, words: int) -> tuple[list[float], float]:
+async def direct(deployment_id: str, redis_url: str, total: int, concurrency: int, words: int):
     """The baseline: submit through serve() and read the request's output stream."""
     import redis.asyncio
 
     from control_plane.orchestrator.serving import serve
     from stages.protocol import SamplingParams, StageRequest
 
-    client = redis.asyncio.Redis.from_url(redis_url, max_connections=requests + 16)
+    client = redis.asyncio.Redis.from_url(redis_url, max_connections=concurrency + 16)
+    latencies: list[float] = []
+    remaining = [total]
 
-    async def one() -> float:
-        request = StageRequest(
-            request_id=uuid.uuid4().hex,
-            messages=[{"role": "user", "content": prompt(words)}],
-            sampling=SamplingParams(max_tokens=512),
-        )
-        started = time.perf_counter()
-        async for message in serve(deployment_id, request, client=client):
-            if message.kind == "fail":
-                raise RuntimeError(message.error.message)
-        return time.perf_counter() - started
+    async def worker() -> None:
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            request = StageRequest(
+                request_id=uuid.uuid4().hex,
+                messages=[{"role": "user", "content": prompt(words)}],
+                sampling=SamplingParams(max_tokens=512),
+            )
+            started = time.perf_counter()
+            async for message in serve(deployment_id, request, client=client):
+                if message.kind == "fail":
+                    raise RuntimeError(message.error.message)
+            latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
-    latencies = await asyncio.gather(*(one() for _ in range(requests)))
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, total))))
     wall = time.perf_counter() - started
     await client.aclose()
-    return list(latencies), wall
+    return latencies, wall
 
 
-async def via_api(base: str, secret: str, requests: int, words: int, stream: bool) -> tuple[list[float], float]:
-    """The same request through /v1/chat/completions; for streams, also the time to the first token."""
-    import httpx
+def check_chat(stream: bool):
+    def check(reply: Reply) -> None:
+        expect_status(200)(reply)
+        if stream:
+            assert reply.body.rstrip().endswith(b"data: [DONE]"), reply.body[-200:]
+        else:
+            assert json.loads(reply.body)["choices"][0]["message"]["content"], reply.body[:200]
 
-    body = {"model": "bench-echo", "messages": [{"role": "user", "content": prompt(words)}], "stream": stream}
-    headers = {"Authorization": f"Bearer {secret}"}
-    limits = httpx.Limits(max_connections=requests + 4)
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120, limits=limits) as client:
-
-        async def one() -> float:
-            started = time.perf_counter()
-            if not stream:
-                response = await client.post("/v1/chat/completions", json=body)
-                assert response.status_code == 200, response.text
-                return time.perf_counter() - started
-            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-                async for line in response.aiter_lines():
-                    if line.startswith("data: {") and json.loads(line[6:])["choices"]:
-                        pass
-            return time.perf_counter() - started
-
-        started = time.perf_counter()
-        latencies = await asyncio.gather(*(one() for _ in range(requests)))
-        return list(latencies), time.perf_counter() - started
+    return check
 
 
-def line(name: str, latencies: list[float], wall: float) -> str:
+def api_runner(platform: LivePlatform, words: int):
+    auth = {"Authorization": f"Bearer {platform.secret}", "Content-Type": "application/json"}
+
+    def chat(stream: bool):
+        body = json.dumps({"model": "bench-echo", "messages": [{"role": "user", "content": prompt(words)}],
+                           "stream": stream}).encode()  # fmt: skip
+        return lambda total, concurrency: load(
+            "127.0.0.1", platform.port, "POST", "/v1/chat/completions", total=total, concurrency=concurrency,
+            body=body, headers=auth, check=check_chat(stream))  # fmt: skip
+
+    def get(path: str, headers: dict[str, str] | None):
+        return lambda total, concurrency: load(
+            "127.0.0.1", platform.port, "GET", path, total=total, concurrency=concurrency, headers=headers,
+            check=expect_status(200))  # fmt: skip
+
+    return {
+        "/v1 chat": chat(False),
+        "/v1 chat stream (SSE)": chat(True),
+        "/health": get("/health", None),
+        "/v1/models": get("/v1/models", {"Authorization": auth["Authorization"]}),
+    }
+
+
+def row(name: str, one: list[float], loaded: list[float], wall: float) -> str:
     return (
-        f"{name:<26} p50 {percentile(latencies, 0.5) * 1000:8.2f} ms  p99 {percentile(latencies, 0.99) * 1000:8.2f} ms"
-        f"  {len(latencies) / wall:7.1f} req/s"
+        f"  {name:<24} {percentile(one, 0.5) * 1000:8.2f} {percentile(one, 0.99) * 1000:8.2f}"
+        f"   {len(loaded) / wall:8.1f} {percentile(loaded, 0.5) * 1000:8.2f} {percentile(loaded, 0.99) * 1000:8.2f}"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--postgres-server", default=DEFAULT_POSTGRES, help="a scratch database is made there")
+    parser.add_argument("--web-processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--concurrency", type=int, default=40)
+    parser.add_argument("--requests", type=int, default=400, help="requests per path under concurrency")
+    parser.add_argument("--one-at-a-time", type=int, default=30, help="requests per path one at a time")
     parser.add_argument("--words", type=int, default=8)
     args = parser.parse_args()
+    results: dict[str, tuple[list[float], list[float], float]] = {}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
-        redis_server, procs, deployment_id, base, secret = start_platform(Path(scratch))
-        try:
-            asyncio.run(direct(deployment_id, redis_server.url, 4, args.words))  # warm up
-            asyncio.run(via_api(base, secret, 4, args.words, False))
-            one_direct = [asyncio.run(direct(deployment_id, redis_server.url, 1, args.words))[0][0] for _ in range(20)]
-            one_api = [asyncio.run(via_api(base, secret, 1, args.words, False))[0][0] for _ in range(20)]
-            one_sse = [asyncio.run(via_api(base, secret, 1, args.words, True))[0][0] for _ in range(20)]
-            load_direct, wall_direct = asyncio.run(direct(deployment_id, redis_server.url, args.requests, args.words))
-            load_api, wall_api = asyncio.run(via_api(base, secret, args.requests, args.words, False))
-            load_sse, wall_sse = asyncio.run(via_api(base, secret, args.requests, args.words, True))
-        except BaseException:
-            print((Path(scratch) / "logs" / "web.log").read_text()[-5000:])
-            raise
-        finally:
-            for proc in procs:
-                proc.stop()
-            redis_server.stop()
-    print(f"echo deployment, {args.words} words per request")
-    print("one at a time (20 each):")
-    print(line("  serve() (baseline)", one_direct, sum(one_direct)))
-    print(line("  /v1 chat", one_api, sum(one_api)))
-    print(line("  /v1 chat stream (SSE)", one_sse, sum(one_sse)))
-    print(f"{args.requests} concurrent:")
-    print(line("  serve() (baseline)", load_direct, wall_direct))
-    print(line("  /v1 chat", load_api, wall_api))
-    print(line("  /v1 chat stream (SSE)", load_sse, wall_sse))
-    base_p50 = percentile(one_direct, 0.5)
-    print(f"added by /v1 one at a time: p50 {(percentile(one_api, 0.5) - base_p50) * 1000:.2f} ms "
-          f"(ratio {percentile(one_api, 0.5) / base_p50:.2f}x), SSE ratio {percentile(one_sse, 0.5) / base_p50:.2f}x")  # fmt: skip
-    print(f"throughput ratio /v1 over serve(): {wall_direct / wall_api:.2f} (SSE {wall_direct / wall_sse:.2f})")
+        with LivePlatform(Path(scratch), database=args.database, postgres_server=args.postgres_server,
+                          web_processes=args.web_processes) as platform:  # fmt: skip
+            deployment = platform.deploy("bench-echo", "echo", "-", {"stages": {"echo": {"options": ECHO_OPTIONS}},
+                                                                   "max_queue": 4096})  # fmt: skip
+            deployment_id = str(deployment.id)
+
+            def baseline(total: int, concurrency: int):
+                return direct(deployment_id, platform.redis_url, total, concurrency, args.words)
+
+            runners = {"serve() (baseline)": baseline, **api_runner(platform, args.words)}
+            try:
+                for run in runners.values():  # warm every path and every web process
+                    asyncio.run(run(args.concurrency * 2, args.concurrency))
+                for name, run in runners.items():
+                    one, _ = asyncio.run(run(args.one_at_a_time, 1))
+                    loaded, wall = asyncio.run(run(args.requests, args.concurrency))
+                    results[name] = (one, loaded, wall)
+            except BaseException:
+                print(platform.log_tail())
+                raise
+    load_after = os.getloadavg()
+    print(f"echo deployment, {args.words} words per request, database {args.database}, "
+          f"{args.web_processes} web process(es), {os.cpu_count()} cores")  # fmt: skip
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    print(f"  {'':<24} {'one at a time (ms)':>17}   {args.concurrency} concurrent")
+    print(f"  {'path':<24} {'p50':>8} {'p99':>8}   {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, (one, loaded, wall) in results.items():
+        print(row(name, one, loaded, wall))
+    base_one, base_loaded, base_wall = results["serve() (baseline)"]
+    base_rate = len(base_loaded) / base_wall
+    print("bars:")
+    for name in ("/v1 chat", "/v1 chat stream (SSE)"):
+        one, loaded, wall = results[name]
+        added = (percentile(one, 0.5) - percentile(base_one, 0.5)) * 1000
+        ratio = len(loaded) / wall / base_rate
+        print(f"  {name:<24} throughput {ratio:.2f}x serve()'s (bar >= 0.5x), added p50 one at a time "
+              f"{added:.2f} ms (bar <= 5 ms)")  # fmt: skip
+    _, health, health_wall = results["/health"]
+    print(f"  /health                  {len(health) / health_wall:.0f} req/s at {args.concurrency} concurrent "
+          f"(bar >= 1500)")  # fmt: skip
 
 
 if __name__ == "__main__":

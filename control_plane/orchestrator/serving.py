@@ -86,9 +86,11 @@ async def serve(
                 if mark in seen:
                     continue  # a redelivery after an orchestrator restart
                 seen.add(mark)
+            # the request ended on the platform's side: a consumer that stops at this message
+            # (and closes the generator here) has nothing left to cancel
+            ended = message.kind in ("complete", "fail")
             yield message
-            if message.kind in ("complete", "fail"):
-                ended = True
+            if ended:
                 return
     finally:
         reader.unregister(request.request_id)

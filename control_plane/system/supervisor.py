@@ -29,6 +29,7 @@ class Component:
     ready: Callable[[], bool]
     ready_timeout_s: float = 60.0
     env: dict[str, str] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()  # descriptors the process inherits (the web tier's listening socket)
     process: subprocess.Popen | None = None
 
 
@@ -46,6 +47,17 @@ class Supervisor:
             self.out.flush()
 
     def start(self, component: Component) -> None:
+        self.start_group([component])
+
+    def start_group(self, components: list[Component]) -> None:
+        """Start the components side by side, then wait until each is ready."""
+        for component in components:
+            self._launch(component)
+        for component in components:
+            self._wait_ready(component)
+            self.say(component.name, f"ready (pid {component.process.pid})")
+
+    def _launch(self, component: Component) -> None:
         self.say(component.name, "starting: " + " ".join(component.argv))
         component.process = subprocess.Popen(
             component.argv,
@@ -56,11 +68,10 @@ class Supervisor:
             start_new_session=True,
             text=True,
             bufsize=1,
+            pass_fds=component.pass_fds,
         )
         self.components.append(component)
         threading.Thread(target=self._relay, args=(component,), daemon=True).start()
-        self._wait_ready(component)
-        self.say(component.name, f"ready (pid {component.process.pid})")
 
     def _relay(self, component: Component) -> None:
         assert component.process and component.process.stdout

@@ -1,20 +1,20 @@
 """Start the embedded platform: Redis (unless REDIS_URL is set), a worker pool, the
-orchestrator and the ASGI server, and stop them all on Ctrl-C or SIGTERM."""
+orchestrator and the web tier (OMNISTAGE_WEB_PROCESSES daphne processes on one port), and stop
+them all on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import sys
 import time
-import urllib.request
 
 import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from control_plane.system.supervisor import Component, StartupError, Supervisor
+from control_plane.system.web_tier import listening_socket, web_components
 from stages import streams
 
 
@@ -40,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--pools", default=",".join(settings.WORKER_POOLS), help="worker queues (comma list)")
         parser.add_argument("--concurrency", type=int, default=settings.WORKER_CONCURRENCY)
         parser.add_argument("--no-worker", action="store_true", help="start no local worker pool")
+        parser.add_argument(
+            "--web-processes", type=int, default=settings.WEB_PROCESSES, help="daphne processes sharing the port"
+        )
 
     def handle(self, *args, **options):
         supervisor = Supervisor(out=self.stdout)
@@ -48,21 +51,30 @@ class Command(BaseCommand):
         started = time.monotonic()
         env = {"REDIS_URL": settings.REDIS_URL, "PYTHONUNBUFFERED": "1"}
         code = 0
+        web_socket = None
         try:
+            web_socket = listening_socket(options["host"], options["port"])  # first: a taken port fails at once
             if settings.EMBEDDED_REDIS:
                 supervisor.start(self._redis())
             if not options["no_worker"]:
                 supervisor.start(self._worker(options["pools"], options["concurrency"], env))
             supervisor.start(self._orchestrator(env))
-            supervisor.start(self._web(options["host"], options["port"], env))
+            supervisor.start_group(
+                web_components(web_socket, options["web_processes"], env=env, access_log=settings.WEB_ACCESS_LOG)
+            )
             url = f"http://{options['host']}:{options['port']}/"
             supervisor.say("supervisor", f"Omnistage is ready at {url} ({time.monotonic() - started:.1f} s)")
             code = supervisor.watch()
+        except OSError as error:  # the port is taken, or the address is not this machine's
+            supervisor.say("supervisor", f"start-up failed: web cannot listen on {options['host']}:{options['port']}: {error}")
+            code = 1
         except StartupError as error:
             supervisor.say("supervisor", f"start-up failed: {error}")
             code = 1
         finally:
             supervisor.stop_all()
+            if web_socket is not None:
+                web_socket.close()
         if code:
             sys.exit(code)
 
@@ -95,22 +107,9 @@ class Command(BaseCommand):
         pattern = streams.orchestrator_heartbeat_pattern()
         return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env)
 
-    def _web(self, host: str, port: int, env: dict[str, str]) -> Component:
-        argv = [
-            sys.executable, "-m", "daphne", "-b", host, "-p", str(port),
-            # the Realtime API allows 15 MiB appends; daphne's default is 1 MiB
-            "--websocket-max-message-size", "16777216", "--websocket-max-frame-size", "16777216",
-            "control_plane.asgi:application",
-        ]  # fmt: skip
-        url = f"http://{host}:{port}/health"
-        return Component("web", argv, ready=lambda: _http_ok(url), env=env)
-
 
 def _any_key(pattern: str) -> bool:
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
     return next(client.scan_iter(match=pattern, count=100), None) is not None
 
 
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=1) as response:
-        return response.status == 200 and json.loads(response.read())["status"] == "ok"
