@@ -8,6 +8,10 @@ from control_plane.system.asgi_handler import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
+from control_plane import invalidation  # noqa: E402
+
+invalidation.listener().start()  # the caches of the hot path answer from the first requests on
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs Django set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

@@ -65,6 +65,10 @@ class Listener:
         self._ensure_thread()
         return self.subscribed.is_set()
 
+    def start(self) -> None:
+        """Subscribe now rather than at the first lookup (web processes, at start-up)."""
+        self._ensure_thread()
+
     def deliver(self, topic: str, value: str) -> None:
         self.generation += 1
         for callback in self.callbacks.get(topic, ()):

@@ -13,6 +13,9 @@ from procs import PYTHON, REPO, Proc, free_port, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 
+WEB = ["--web-processes", "2"]
+COMPONENTS = ("redis", "worker", "orchestrator", "web-1", "web-2")
+
 
 @pytest.fixture
 def embedded_env(platform_env, tmp_path):
@@ -26,7 +29,7 @@ def embedded_env(platform_env, tmp_path):
 def test_omni_up_serves_health_and_ready_then_stops_everything_on_a_signal(embedded_env, tmp_path, signum):
     port = free_port()
     started = time.monotonic()
-    up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"], embedded_env,
+    up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1", *WEB], embedded_env,
               tmp_path / "up.log")  # fmt: skip
     try:
         wait_for(lambda: "Omnistage is ready" in up.output(), timeout=120, what="omni_up ready")
@@ -40,8 +43,8 @@ def test_omni_up_serves_health_and_ready_then_stops_everything_on_a_signal(embed
         assert response.json()["status"] == "ready"
         log = up.output()
         pids = [int(pid) for pid in re.findall(r"ready \(pid (\d+)\)", log)]
-        assert len(pids) == 4, log  # redis, worker, orchestrator, web
-        for name in ("redis", "worker", "orchestrator", "web"):
+        assert len(pids) == len(COMPONENTS), log
+        for name in COMPONENTS:
             assert re.search(rf"\[\s*{name}\]", log), f"no prefixed log lines for {name}"
 
         up.process.send_signal(signum)
@@ -58,23 +61,23 @@ def test_omni_up_exits_non_zero_naming_the_component_that_failed(embedded_env, t
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"],
+            [PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1", *WEB],
             cwd=REPO, env=embedded_env, capture_output=True, text=True, timeout=180,
         )  # fmt: skip
     assert result.returncode != 0
-    assert "start-up failed: web exited with code" in result.stdout
+    assert f"start-up failed: web cannot listen on 127.0.0.1:{port}" in result.stdout
     assert "all components stopped" in result.stdout
 
 
 def test_a_component_that_dies_after_start_up_stops_everything_and_exits_non_zero(embedded_env, tmp_path):
     port = free_port()
-    up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1"], embedded_env,
+    up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1", *WEB], embedded_env,
               tmp_path / "up.log")  # fmt: skip
     try:
         wait_for(lambda: "Omnistage is ready" in up.output(), timeout=120, what="omni_up ready")
         log = up.output()
-        pids = dict(re.findall(r"\[\s*(\w+)\] ready \(pid (\d+)\)", log))
-        assert set(pids) == {"redis", "worker", "orchestrator", "web"}, log
+        pids = dict(re.findall(r"\[\s*([\w-]+)\] ready \(pid (\d+)\)", log))
+        assert set(pids) == set(COMPONENTS), log
         os.kill(int(pids["orchestrator"]), signal.SIGKILL)
         assert up.process.wait(timeout=60) != 0
         assert "orchestrator exited with code -9; stopping everything" in up.output()
