@@ -7,13 +7,16 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DJANGO_SETTINGS_MODULE=control_plane.s
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends build-essential libsndfile1 && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
+COPY scripts/install.sh scripts/install.sh
 COPY control_plane control_plane
 COPY stages stages
 COPY workers workers
 COPY console console
 COPY migrations migrations
 COPY manage.py ./
-RUN pip install ".[${EXTRAS}]" \
- && for m in torchvision torchaudio torchcodec; do python -c "import $m" 2>/dev/null || pip uninstall -y $m || true; done
+# the install step scripts/setup.sh runs too (the PyTorch CPU index for the cpu extra);
+# tests/test_dockerfile.py checks that it resolves
+RUN bash scripts/install.sh --python python --extras "${EXTRAS}"
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--websocket-max-message-size", "16777216", "--websocket-max-frame-size", "16777216", "control_plane.asgi:application"]
+# the web tier: OMNISTAGE_WEB_PROCESSES daphne processes (default: the cores) on one port
+CMD ["python", "manage.py", "web", "--host", "0.0.0.0", "--port", "8000"]

