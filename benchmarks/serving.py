@@ -105,10 +105,23 @@ def api_runner(platform: LivePlatform, words: int):
     }
 
 
-def row(name: str, one: list[float], loaded: list[float], wall: float) -> str:
+def web_cpu_s(platform: LivePlatform) -> float:
+    """CPU seconds the web processes have used so far: per request, a figure the machine's load
+    does not change (unlike the rates beside it)."""
+    import psutil
+
+    total = 0.0
+    for pid in platform.web_pids():
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def row(name: str, one: list[float], loaded: list[float], wall: float, cpu_s: float) -> str:
     return (
         f"  {name:<24} {percentile(one, 0.5) * 1000:8.2f} {percentile(one, 0.99) * 1000:8.2f}"
         f"   {len(loaded) / wall:8.1f} {percentile(loaded, 0.5) * 1000:8.2f} {percentile(loaded, 0.99) * 1000:8.2f}"
+        f"   {cpu_s / len(loaded) * 1000:8.2f}"
     )
 
 
@@ -122,7 +135,7 @@ def main() -> None:
     parser.add_argument("--one-at-a-time", type=int, default=30, help="requests per path one at a time")
     parser.add_argument("--words", type=int, default=8)
     args = parser.parse_args()
-    results: dict[str, tuple[list[float], list[float], float]] = {}
+    results: dict[str, tuple[list[float], list[float], float, float]] = {}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
         with LivePlatform(Path(scratch), database=args.database, postgres_server=args.postgres_server,
@@ -140,8 +153,9 @@ def main() -> None:
                     asyncio.run(run(args.concurrency * 2, args.concurrency))
                 for name, run in runners.items():
                     one, _ = asyncio.run(run(args.one_at_a_time, 1))
+                    cpu_before = web_cpu_s(platform)
                     loaded, wall = asyncio.run(run(args.requests, args.concurrency))
-                    results[name] = (one, loaded, wall)
+                    results[name] = (one, loaded, wall, web_cpu_s(platform) - cpu_before)
             except BaseException:
                 print(platform.log_tail())
                 raise
@@ -150,21 +164,22 @@ def main() -> None:
           f"{args.web_processes} web process(es), {os.cpu_count()} cores")  # fmt: skip
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print(f"  {'':<24} {'one at a time (ms)':>17}   {args.concurrency} concurrent")
-    print(f"  {'path':<24} {'p50':>8} {'p99':>8}   {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
-    for name, (one, loaded, wall) in results.items():
-        print(row(name, one, loaded, wall))
-    base_one, base_loaded, base_wall = results["serve() (baseline)"]
+    print(f"  {'path':<24} {'p50':>8} {'p99':>8}   {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}   {'web CPU ms/req':>8}")
+    for name, (one, loaded, wall, cpu_s) in results.items():
+        print(row(name, one, loaded, wall, cpu_s))
+    base_one, base_loaded, base_wall, _ = results["serve() (baseline)"]
     base_rate = len(base_loaded) / base_wall
     print("bars:")
     for name in ("/v1 chat", "/v1 chat stream (SSE)"):
-        one, loaded, wall = results[name]
+        one, loaded, wall, _ = results[name]
         added = (percentile(one, 0.5) - percentile(base_one, 0.5)) * 1000
         ratio = len(loaded) / wall / base_rate
         print(f"  {name:<24} throughput {ratio:.2f}x serve()'s (bar >= 0.5x), added p50 one at a time "
               f"{added:.2f} ms (bar <= 5 ms)")  # fmt: skip
-    _, health, health_wall = results["/health"]
+    _, health, health_wall, health_cpu = results["/health"]
     print(f"  /health                  {len(health) / health_wall:.0f} req/s at {args.concurrency} concurrent "
-          f"(bar >= 1500)")  # fmt: skip
+          f"(bar >= 1500); {health_cpu / len(health) * 1000:.2f} ms of web CPU each, "
+          f"{len(health) / health_cpu:.0f} req/s per busy core")  # fmt: skip
 
 
 if __name__ == "__main__":

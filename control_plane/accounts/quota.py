@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import redis
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from control_plane.accounts import quota_scripts, redis_names
 from control_plane.accounts.models import WINDOW_SECONDS, Metric, Window
 from control_plane.accounts.queries import QuotaLimit, quota_limits_for
+from control_plane.orm_threads import orm_in_thread
 
 ESTIMABLE_METRICS = frozenset(Metric.values) - {Metric.REQUESTS, Metric.CONCURRENT_REQUESTS}
 ADMISSION_TTL_S = 86400 + 3600
@@ -173,11 +173,12 @@ def quota_renew(admission: Admission | str) -> int:
     return int(_run(quota_scripts.RENEW, [redis_names.admission(_id(admission))], args))
 
 
-aquota_admit = sync_to_async(quota_admit)
-aquota_settle = sync_to_async(quota_settle)
-aquota_refund = sync_to_async(quota_refund)
-aquota_release = sync_to_async(quota_release)
-aquota_renew = sync_to_async(quota_renew)
+# from async code: on a pooled thread, not the caller's thread-sensitive one (orm_threads.py)
+aquota_admit = orm_in_thread(quota_admit)
+aquota_settle = orm_in_thread(quota_settle)
+aquota_refund = orm_in_thread(quota_refund)
+aquota_release = orm_in_thread(quota_release)
+aquota_renew = orm_in_thread(quota_renew)
 
 
 def ratelimit_headers(states: tuple[LimitState, ...]) -> dict[str, str]:
