@@ -59,7 +59,11 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
 def api_key_authenticate(secret: str) -> ApiKey | None:
     """The active key for `secret`, or None. Compares hashes in constant time; the key comes
     from the process's key cache (no query) when it is there."""
-    key = _key_for(secret, lambda prefix: key_cache.get(prefix) or key_cache.load(prefix, _load_key))
+    prefix = prefix_of(secret)
+    if prefix is None:
+        return None
+    key = key_cache.get(prefix) or key_cache.load(prefix, _load_key)
+    key = key if key is not None and _usable(key, secret) else None
     if key is not None and _last_used_is_stale(key):
         _touch_last_used(key)
     return key
@@ -77,14 +81,6 @@ async def aapi_key_authenticate(secret: str) -> ApiKey | None:
         key.last_used_at = timezone.now()  # one write per key and resolution, not one per request
         in_background(orm_in_thread(_touch_last_used)(key))
     return key
-
-
-def _key_for(secret: str, find) -> ApiKey | None:
-    prefix = prefix_of(secret)
-    if prefix is None:
-        return None
-    key = find(prefix)
-    return key if key is not None and _usable(key, secret) else None
 
 
 def _load_key(prefix: str) -> ApiKey | None:
