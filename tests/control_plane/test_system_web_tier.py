@@ -3,6 +3,8 @@ every one of them, and a web process that dies is handled as any supervised comp
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
@@ -10,7 +12,12 @@ import socket
 
 import psutil
 import pytest
+from django.contrib.auth import get_user_model
 from procs import PYTHON, Proc, free_port, pid_alive, wait_for
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from control_plane.accounts.services import api_key_create
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +75,31 @@ def test_every_web_process_serves_connections_on_the_one_port(web_tier):
     finally:
         for sock in connections:
             sock.close()
+
+
+async def test_websockets_are_served_by_whichever_process_accepts_them(web_tier):
+    """Each WebSocket lives in the process that accepted it (nothing goes through the Channels
+    layer): every connection gets the realtime consumer's answer, here the refusal of a model
+    that does not exist, after its key was checked in that process."""
+    from asgiref.sync import sync_to_async
+
+    _, port, pids = web_tier
+    user = await sync_to_async(get_user_model().objects.create_user)("ws-user", password="pw-123456")
+    _, secret = await sync_to_async(api_key_create)(user=user, name="ws", scopes=["inference"])
+    url = f"ws://127.0.0.1:{port}/v1/realtime?model=no-such-model"
+
+    async def refusal() -> dict:
+        events = []
+        async with connect(url, additional_headers={"Authorization": f"Bearer {secret}"}) as ws:
+            with pytest.raises(ConnectionClosed):  # the consumer hangs up after the error
+                async with asyncio.timeout(60):
+                    while True:
+                        events.append(json.loads(await ws.recv()))
+        assert [event["type"] for event in events] == ["error"], events
+        return events[0]["error"]
+
+    errors = await asyncio.gather(*(refusal() for _ in range(20)))
+    assert {error["code"] for error in errors} == {"model_not_found"}, errors
 
 
 def test_a_killed_web_process_stops_the_tier_and_exits_non_zero(web_tier):
