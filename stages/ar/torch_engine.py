@@ -136,7 +136,6 @@ class ARTorchEngine(StageEngine):
         from transformers import AutoTokenizer, GenerationConfig
 
         deploy = stage_deploy or StageDeployConfig()
-        register()
         model = load_causal_lm(model_dir, deploy, device or deploy.device)
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         return cls(
@@ -381,10 +380,13 @@ class ARTorchEngine(StageEngine):
 
 
 def load_causal_lm(model_dir: str | Path, deploy: StageDeployConfig, device: str):
+    """The checkpoint's causal LM on `device` with the paged attention (`load_format: dummy`: built from its
+    config there, with seeded random weights)."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     from stages.models.dummy_weights import build_random, dummy_seed, has_weights
 
+    register()
     seed = dummy_seed(deploy)
     if seed is None:
         if Path(model_dir).is_dir() and not has_weights(model_dir):

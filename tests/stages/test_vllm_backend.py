@@ -121,3 +121,34 @@ def test_streaming_and_abort_through_async_omni(omni):
             break
         asyncio.run_coroutine_threadsafe(asyncio.sleep(0.05), omni._loop).result()
     assert not replica.engine.has_unfinished()
+
+
+DUMMY_RUN = """
+import sys
+from stages import Omni
+with Omni(sys.argv[1], deploy={deploy!r}, load_format="dummy") as omni:
+    (result,) = omni.generate({{"prompt_token_ids": [5, 6, 7]}}, {{"temperature": 0, "max_tokens": 8, "ignore_eos": True}})
+print("GENERATED", len(result.token_ids), result.finish_reason)
+"""
+
+
+def test_load_format_dummy_is_vllms_own_on_a_directory_of_configs(checkpoint, tmp_path):
+    """The configs and tokenizer alone serve on the vllm backend; in a process of its own (vLLM keeps
+    process-wide state: one engine per process)."""
+    import os
+    import subprocess
+    import sys
+
+    from procs import REPO
+
+    from stages.models.dummy_weights import has_weights, without_weights
+
+    configs = without_weights(checkpoint, tmp_path / "configs")
+    assert not has_weights(configs)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run(
+        [sys.executable, "-c", DUMMY_RUN.format(deploy=DEPLOY), str(configs)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert "GENERATED 8 length" in run.stdout, run.stderr[-4000:]
+    assert "load_format=dummy" in run.stdout + run.stderr  # vLLM's own dummy loader built the model
