@@ -1,7 +1,7 @@
 """AR torch engine throughput against transformers' `generate`, measured in the same run.
 
     python benchmarks/ar_engine.py --device cpu    # tiny Qwen2 checkpoint, 16 mixed requests
-    python benchmarks/ar_engine.py --device cuda   # Qwen2.5-0.5B-shaped random bf16 model
+    python benchmarks/ar_engine.py --device cuda   # Qwen2.5-0.5B's real shapes, random bf16 weights
 
 CPU: 16 concurrent requests with mixed prompt (8-128) and output (16-96) lengths. The engine serves
 them with continuous batching; the baselines are `generate` one request at a time and one left-padded
@@ -13,7 +13,9 @@ static batch, i.e. `generate` over one padded batch of 128 (static batching, as 
 which is how shared/reference/gpu-baselines/hf_baseline.py measured the issue's reference 4,187
 tok/s. `--static-cache-batch` adds the stronger baseline of that batch with the static cache
 (torch.compile'd by transformers; its compilation at batch 128 can take several minutes).
-The model is built from a config (no hub) with random weights shared by both sides.
+The CUDA model is the real-shape directory `qwen2_5_0_5b` (`python -m stages.tiny --real-shapes`:
+Qwen2.5-0.5B's published config, no weights) built by the engine's loader with `load_format: dummy`
+(random bf16 weights on the device); transformers' side gets the same weights.
 """
 
 from __future__ import annotations
@@ -21,29 +23,17 @@ from __future__ import annotations
 import argparse
 import copy
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.config import StageDeployConfig
-from stages.protocol import SamplingParams, StageRequest
+import torch  # noqa: E402
 
-QWEN2_5_0_5B = dict(
-    vocab_size=151936,
-    hidden_size=896,
-    intermediate_size=4864,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    max_position_embeddings=32768,
-    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-    rms_norm_eps=1e-6,
-    tie_word_embeddings=True,
-    bos_token_id=151643,
-    eos_token_id=151645,
-)
+from stages.config import StageDeployConfig  # noqa: E402
+from stages.protocol import SamplingParams, StageRequest  # noqa: E402
 
 
 def run_engine(engine, requests: list[StageRequest]) -> tuple[dict[str, list[int]], list[tuple[float, set[str]]]]:
@@ -145,31 +135,29 @@ def bench_cpu(args) -> None:
 
 
 def bench_cuda(args) -> None:
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoModelForCausalLM
 
-    from stages.ar.attention import ATTENTION_NAME, register
     from stages.ar.model_adapter import CausalLMAdapter
-    from stages.ar.torch_engine import ARTorchEngine
+    from stages.ar.torch_engine import ARTorchEngine, load_causal_lm
+    from stages.tiny import REAL_SHAPES, build_all
 
     device = args.device
     variants = {"ours": False} if args.no_compile else {"ours": False, "ours_compiled": True}
     for compile_step in variants.values():
         tiny_oracle_check(device, compile_step)
-    torch.manual_seed(0)
-    register()
-    config = Qwen2Config(**QWEN2_5_0_5B)
+    root = Path(args.models or tempfile.mkdtemp(prefix="ar_bench_"))
+    model_dir = build_all(root, only=["qwen2_5_0_5b"], builders=REAL_SHAPES)["qwen2_5_0_5b"]
+    ours = load_causal_lm(model_dir, StageDeployConfig(dtype="bfloat16", load_format="dummy"), device)
     with torch.device(device):
-        hf = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
-        ours = AutoModelForCausalLM.from_config(
-            copy.deepcopy(config), dtype=torch.bfloat16, attn_implementation=ATTENTION_NAME
-        )
-    ours.load_state_dict(hf.state_dict())
-    ours.eval()
+        hf = AutoModelForCausalLM.from_config(
+            copy.deepcopy(ours.config), dtype=torch.bfloat16, attn_implementation="sdpa"
+        ).eval()
+    hf.load_state_dict(ours.state_dict())
     prompt_len, new_tokens, big = args.prompt_len, args.new_tokens, args.batch
     rng = random.Random(0)
     prompts = [[rng.randrange(1000, 100_000) for _ in range(prompt_len)] for _ in range(big)]
     print(
-        f"Qwen2.5-0.5B-shaped random bf16 model on {torch.cuda.get_device_name(device)}; "
+        f"Qwen2.5-0.5B ({model_dir}, load_format dummy: random bf16 weights) on {torch.cuda.get_device_name(device)}; "
         f"prompts {prompt_len} tokens, {new_tokens} new tokens",
         flush=True,
     )
@@ -335,7 +323,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (CPU run)")
     parser.add_argument("--arch", default="qwen2", choices=["qwen2", "qwen3", "llama"], help="tiny model (CPU run)")
-    parser.add_argument("--models", help="where tiny models are built (default: a temp dir)")
+    parser.add_argument("--models", help="where the tiny (CPU) or real-shape (CUDA) models go (default: a temp dir)")
     parser.add_argument("--requests", type=int, default=16, help="concurrent requests (CPU run)")
     parser.add_argument("--batch", type=int, default=128, help="large decode batch (CUDA run)")
     parser.add_argument("--prompt-len", type=int, default=128)

@@ -3,7 +3,8 @@
 
     python benchmarks/decode_compile.py --device cuda [--layers 4 24] [--max-batch 4]
 
-A Qwen2.5-Omni-7B-shaped talker (random weights, see omni_talker.py) with `--layers` decoder layers.
+Qwen2.5-Omni-7B's talker (the real-shape configs with random weights, `load_format: dummy`; see
+omni_talker.py) cut to `--layers` decoder layers.
 For each depth and way, with Dynamo reset and Inductor's caches off (every compilation is cold),
 the seconds from the first decode step of each graph batch size (largest first, as capture runs)
 to its output, minus the same steps run eagerly, and the number of graphs compiled. The whole-step
@@ -15,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 
 import torch  # noqa: E402

@@ -3,10 +3,13 @@ and each acceleration on and off.
 
     python benchmarks/diffusion.py --device cpu --model tiny
     python benchmarks/diffusion.py --device cuda --model sd3-mid
+    python benchmarks/diffusion.py --device cuda --model sd3-medium
 
-Self-contained: it builds a seeded random-weight SD3 pipeline in memory from configs
-(stages/tiny/diffusion.py; "tiny" is the test model, "sd3-mid" an SD3-shaped model with a
-12-block, 768-wide MMDiT of ~250M parameters for GPUs), no hub. A closed loop keeps `concurrency` requests
+Self-contained: it builds a seeded random-weight SD3 pipeline from configs, no hub: "tiny" (the test
+model) and "sd3-mid" (an SD3-shaped model with a 12-block, 768-wide MMDiT of ~250M parameters) in
+memory (stages/tiny/diffusion.py); "sd3-medium" is SD3-medium's real shapes (the 2B MMDiT, CLIP-L,
+CLIP-G, T5-XXL and the VAE: the real-shape directory of `python -m stages.tiny --real-shapes`) built
+on the GPU by the engine's loader with `load_format: dummy`. A closed loop keeps `concurrency` requests
 in flight (a finished request is replaced by a new one) until `rounds x concurrency`
 images are done; all requests share size, steps and guidance, so request batching can fuse
 them. Every figure is printed with its ratio to the one-at-a-time baseline of the same run.
@@ -30,12 +33,14 @@ from stages.diffusion.engine import DiffusionEngine  # noqa: E402
 from stages.diffusion.media import payload_array  # noqa: E402
 from stages.diffusion.options import DiffusionOptions  # noqa: E402
 from stages.protocol import StageRequest  # noqa: E402
+from stages.tiny import REAL_SHAPES  # noqa: E402
 from stages.tiny.diffusion import CORPUS, sd3_components  # noqa: E402
 
 MODELS = {
-    # scale in stages.tiny.diffusion.SD3_SCALES, default size, default steps
+    # scale in stages.tiny.diffusion.SD3_SCALES (or a real-shape directory), default size, default steps
     "tiny": ("tiny", 64, 20),
     "sd3-mid": ("mid", 512, 28),
+    "sd3-medium": ("sd3_medium", 1024, 28),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -60,6 +65,8 @@ class Run:
 
 
 def build_pipeline(scale: str, device: str, dtype: torch.dtype, offload: str = "none"):
+    if scale in REAL_SHAPES:
+        return real_shape_pipeline(scale, device, dtype, offload)
     from diffusers import StableDiffusion3Pipeline
 
     pipe = StableDiffusion3Pipeline(**sd3_components(scale))
@@ -72,6 +79,22 @@ def build_pipeline(scale: str, device: str, dtype: torch.dtype, offload: str = "
     else:
         pipe.to(device)
     return pipe
+
+
+def real_shape_pipeline(name: str, device: str, dtype: torch.dtype, offload: str):
+    """The engine's own loader over the real-shape configs, `load_format: dummy` (random weights on `device`)."""
+    import tempfile
+
+    from stages.config import StageDeployConfig
+    from stages.diffusion.engine import load_pipeline
+    from stages.tiny import build_all
+
+    model_dir = build_all(Path(tempfile.gettempdir()) / "omnistage_real_shapes", only=[name], builders=REAL_SHAPES)[
+        name
+    ]
+    dtype_name = {value: key for key, value in DTYPES.items()}[dtype]
+    deploy = StageDeployConfig(device=device, dtype=dtype_name, load_format="dummy")
+    return load_pipeline(model_dir, deploy, DiffusionOptions(cpu_offload=offload))
 
 
 def closed_loop(engine: DiffusionEngine, label: str, concurrency: int, total: int, params: dict) -> Run:

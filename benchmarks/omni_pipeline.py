@@ -8,9 +8,10 @@
 Prints, for transformers (sequential) and Omnistage at concurrency 1, 4 and 8: requests/s, TTFT, TTFP,
 E2EL and RTF (wall seconds per second of audio), the mean per-stage durations, plus the throughput ratio
 against transformers. Both sides decode greedily with fixed lengths (min = max tokens) so the work is the
-same. `--model 7b-shaped` builds Qwen2.5-Omni-7B-shaped random bf16 weights the way
-shared/reference/gpu-baselines/hf_omni_baseline.py does (needs a GPU); token2wav runs in `--code2wav-dtype`
-(float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
+same. `--model 7b-shaped` serves the real-shape directory `qwen2_5_omni_7b` (`python -m stages.tiny
+--real-shapes`: Qwen2.5-Omni-7B's published configs, no weights) with `load_format: dummy`: every stage,
+and transformers' model, builds on the GPU with seeded random bf16 weights, no shards written (needs a
+GPU); token2wav runs in `--code2wav-dtype` (float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
 (transformers stays in float32), and new token2wav graph captures are logged. `--compile` and
 `--code2wav-compile` turn on `options.compile` (AR stages) and `token2wav_compile`; `--log-windows`
 logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
@@ -22,88 +23,35 @@ import argparse
 import asyncio
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-def build_model(kind: str, family: str, root: Path, device: str, code2wav_dtype: str) -> Path:
-    from stages.tiny import build
 
-    if kind == "tiny":
-        return build(family, root / family)
-    if family != "qwen2_5_omni":
+def model_dir_for(args, root: Path) -> Path:
+    """The checkpoint of `args.model` under `root`: the tiny one (weights written, a few MB), or the
+    real-shape directory `qwen2_5_omni_7b` (configs only: every stage builds with `load_format: dummy`);
+    an earlier run's is reused."""
+    from stages.tiny import REAL_SHAPES, build_all
+
+    if args.model == "tiny":
+        return build_all(root, only=[args.family])[args.family]
+    if args.family != "qwen2_5_omni":
         raise SystemExit("--model 7b-shaped is only defined for qwen2_5_omni")
-    return build_7b_shaped(root / "qwen2_5_omni_7b", device, code2wav_dtype)
+    return build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"]
 
 
-def build_7b_shaped(out: Path, device: str, code2wav_dtype: str = "float32") -> Path:
-    """Qwen2.5-Omni-7B dimensions, random bf16 weights, the tiny tokenizer/processor files."""
-    import torch
-    from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
-
-    from stages.tiny import qwen_omni
-
-    qwen_omni.build_qwen2_5_omni(out)  # tokenizer, processor, spk_dict layout
-    cfg = Qwen2_5OmniConfig(
-        thinker_config=dict(
-            text_config=dict(
-                hidden_size=3584,
-                intermediate_size=18944,
-                num_hidden_layers=28,
-                num_attention_heads=28,
-                num_key_value_heads=4,
-                vocab_size=152064,
-            )
-        ),
-        talker_config=dict(
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=12,
-            num_key_value_heads=4,
-            head_dim=128,
-            embedding_size=3584,
-            vocab_size=8448,
-        ),
-        token2wav_config=dict(dit_config=dict(num_embeds=8448)),
-    )
-    for part in (cfg.thinker_config, cfg.talker_config):
-        part.vision_start_token_id, part.vision_end_token_id, part.vision_token_id = 151652, 151653, 151654
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2_5OmniForConditionalGeneration(cfg).to(torch.bfloat16)
-    model.token2wav.to(getattr(torch, code2wav_dtype))
-    (out / "model.safetensors").unlink()
-    model.save_pretrained(out)
-    dit = cfg.token2wav_config.dit_config
-    torch.save(
-        {
-            name: {
-                "bos_token": bos,
-                "cond": torch.randn(1, dit.enc_emb_dim),
-                "ref_mel": torch.randn(1, 300, dit.mel_dim),
-            }
-            for name, bos in (("Chelsie", 151872), ("Ethan", 151870))
-        },
-        out / "spk_dict.pt",
-    )
-    return out
+def load_format(args) -> str:
+    return "dummy" if args.model == "7b-shaped" else "auto"
 
 
-def reuse_or_build(args, root: Path) -> Path:
-    """The checkpoint of `args.model` under `root`: built there unless an earlier run left it."""
-    kind = "qwen2_5_omni_7b" if args.model == "7b-shaped" else args.family
-    saved = root / kind
-    if (saved / "config.json").exists() and any(saved.glob("*.safetensors")):
-        print(f"reusing the checkpoint in {saved}", flush=True)
-        return saved
-    return build_model(args.model, args.family, root, args.device, args.code2wav_dtype)
-
-
-def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_codes: int, repeats: int) -> list[dict]:
+def transformers_run(args, model_dir: Path, n_text: int, n_codes: int, repeats: int) -> list[dict]:
     import torch
 
+    family, device = args.family, args.device
     if family == "qwen2_5_omni":
         from transformers import Qwen2_5OmniForConditionalGeneration as Model
 
@@ -116,7 +64,8 @@ def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_c
         from stages.models.qwen3_omni import processor
 
         kwargs = {"speaker": "ethan"}
-    model = Model.from_pretrained(model_dir, dtype="auto").to(device).eval()
+    model = transformers_model(Model, model_dir, args)
+    proc = processor(str(model_dir))
     proc = processor(str(model_dir))
     text = proc.tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     inputs = proc(text=text, return_tensors="pt").to(device)
@@ -142,6 +91,22 @@ def transformers_run(model_dir: Path, family: str, device: str, n_text: int, n_c
 
     one(min(n_text, 8), min(n_codes, 16))  # warm-up
     return [one(n_text, n_codes) for _ in range(repeats)]
+
+
+def transformers_model(model_class, model_dir: Path, args):
+    """transformers' whole model: the tiny checkpoint loaded, or (dummy) built from the real-shape configs
+    on the device with seeded random weights, bf16 with token2wav in `--code2wav-dtype`."""
+    import torch
+
+    if load_format(args) == "auto":
+        return model_class.from_pretrained(model_dir, dtype="auto").to(args.device).eval()
+    from stages.models.dummy_weights import build_random
+
+    config = model_class.config_class.from_pretrained(model_dir)
+    model = build_random(lambda: model_class._from_config(config, dtype=torch.bfloat16), device=args.device, seed=0)
+    model.token2wav.to(getattr(torch, args.code2wav_dtype))
+    model.load_speakers(model_dir / "spk_dict.pt")
+    return model
 
 
 def deploy_config(args, n_text: int, n_codes: int) -> dict:
@@ -175,7 +140,7 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) 
     from stages.omni import AsyncOmni
 
     n_text, n_codes = args.text, args.codes
-    async with AsyncOmni(model_dir, deploy=deploy) as omni:
+    async with AsyncOmni(model_dir, deploy=deploy, load_format=load_format(args)) as omni:
 
         async def one(index: int) -> dict:
             start = time.perf_counter()
@@ -261,7 +226,7 @@ def main() -> None:
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
     parser.add_argument(
         "--model-dir",
-        help="keep the built checkpoint under this folder and reuse it on later runs (default: a temp dir)",
+        help="keep the checkpoint (tiny, or the real-shape configs) under this folder for later runs (default: a temp dir)",
     )
     args = parser.parse_args()
     args.compile = [] if args.compile is None else args.compile or ["thinker", "talker"]
@@ -275,10 +240,10 @@ def main() -> None:
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)
-        model_dir = reuse_or_build(args, root)
+        model_dir = model_dir_for(args, root)
         base = None
         if not args.skip_hf:
-            hf = transformers_run(model_dir, args.family, args.device, args.text, args.codes, args.repeats)
+            hf = transformers_run(args, model_dir, args.text, args.codes, args.repeats)
             base = summary("transformers (sequential)", hf, sum(r["e2el_s"] for r in hf))
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()

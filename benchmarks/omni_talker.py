@@ -2,8 +2,9 @@
 
     python benchmarks/omni_talker.py --device cuda [--frames 512] [--profile] [--compile]
 
-A Qwen2.5-Omni-7B-shaped talker (random bf16 weights, built in memory) on the AR engine with CUDA
-graphs, fed one request whose thinker rows are all there (so nothing waits for a thinker), greedy,
+Qwen2.5-Omni-7B's talker (the real-shape directory `qwen2_5_omni_7b` of `python -m stages.tiny
+--real-shapes`, built by the family's own loader with `load_format: dummy`: random bf16 weights on the
+device, no file read; `--layers` cuts its decoder) on the AR engine with CUDA graphs, fed one request whose thinker rows are all there (so nothing waits for a thinker), greedy,
 `--frames` codes. Prints ms per frame with the talker's default repetition penalty (1.05) and without,
 then the replay of the batch-1 decode graph alone, the floor a step cannot go below without fewer or
 fused kernels, and the step's ratio to it. `--profile` adds a cProfile of the host side of one run
@@ -18,42 +19,55 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
 
 THINKER_WIDTH = 3584
+REAL_SHAPE = "qwen2_5_omni_7b"
+
+
+def talker_dir(layers: int) -> Path:
+    """The real-shape Qwen2.5-Omni-7B configs (written once under the temp dir), the talker cut to `layers`."""
+    from transformers import Qwen2_5OmniConfig
+
+    from stages.tiny import REAL_SHAPES, build_all
+
+    root = Path(tempfile.gettempdir()) / "omnistage_real_shapes"
+    model_dir = build_all(root, only=[REAL_SHAPE], builders=REAL_SHAPES)[REAL_SHAPE]
+    config = Qwen2_5OmniConfig.from_pretrained(model_dir)
+    if config.talker_config.num_hidden_layers == layers:
+        return model_dir
+    cut = root / f"{REAL_SHAPE}_talker_{layers}_layers"
+    if not (cut / "config.json").is_file():
+        import shutil
+
+        shutil.copytree(model_dir, cut, dirs_exist_ok=True)
+        config.talker_config.num_hidden_layers = layers
+        config.talker_config.layer_types = config.talker_config.layer_types[:layers]
+        config.save_pretrained(cut)
+    return cut
 
 
 def build_talker(device: str, layers: int, max_batch: int = 8, options: dict | None = None):
-    from transformers import Qwen2_5OmniTalkerConfig, Qwen2_5OmniTalkerForConditionalGeneration
-
-    from stages.ar.torch_engine import ARTorchEngine
     from stages.config import StageDeployConfig
-    from stages.models.qwen2_5_talker import TALKER_EOS, TalkerAdapter, TalkerEngine
+    from stages.models.qwen2_5_omni import build_talker as family_talker
 
-    config = Qwen2_5OmniTalkerConfig(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=layers,
-        num_attention_heads=12,
-        num_key_value_heads=4,
-        head_dim=128,
-        embedding_size=THINKER_WIDTH,
-        vocab_size=8448,
-    )
-    dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    torch.manual_seed(0)
-    with torch.device(device):
-        talker = Qwen2_5OmniTalkerForConditionalGeneration(config).to(getattr(torch, dtype)).eval()
     deploy = StageDeployConfig(
-        device=device, dtype=dtype, max_batch=max_batch, max_length=1024, kv_memory_mb=1024, options=options or {}
+        device=device,
+        dtype="bfloat16" if device.startswith("cuda") else "float32",
+        max_batch=max_batch,
+        max_length=1024,
+        kv_memory_mb=1024,
+        options=options or {},
+        load_format="dummy",
     )
-    engine = ARTorchEngine(TalkerAdapter(talker), None, deploy, device=device, eos_token_ids=set(TALKER_EOS))
-    voice = 151872
-    special = (voice, config.tts_text_end_token_id, config.tts_text_pad_token_id)
-    rows = {token: torch.randn(THINKER_WIDTH, device=device, dtype=talker.dtype) for token in special}
-    return TalkerEngine(engine, rows, {"Chelsie": voice}, qwen_prompt=False)
+    return family_talker(talker_dir(layers), deploy)
 
 
 def talker_request(index: int, frames: int, penalty: float | None):

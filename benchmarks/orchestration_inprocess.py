@@ -3,7 +3,7 @@
 the same run. 100 concurrent requests by default; prints latency p50/p99, requests/s and
 the added latency.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/orchestration_inprocess.py [--requests 100] [--words 8] [--pipeline default]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/orchestration_inprocess.py [--requests 100] [--words 8] [--pipeline default]
 """
 
 from __future__ import annotations
@@ -11,14 +11,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from stages import AsyncOmni
-from stages.config import DeployConfig
-from stages.echo import EchoEngine
-from stages.echo import family as echo_family
-from stages.orchestrator import DeploymentUp, Orchestrator, ReplicaUp, StageOutputEvent, Submit
-from stages.protocol import StageOutput, StageRequest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from stages import AsyncOmni  # noqa: E402
+from stages.config import DeployConfig  # noqa: E402
+from stages.echo import EchoEngine  # noqa: E402
+from stages.echo import family as echo_family  # noqa: E402
+from stages.orchestrator import DeploymentUp, Orchestrator, ReplicaUp, StageOutputEvent, Submit  # noqa: E402
+from stages.protocol import StageOutput, StageRequest  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -11,9 +11,10 @@ Targets:
 - `tiny-omni`: the tiny Qwen2.5-Omni (thinker -> talker -> code2wav, random weights, built
   with `stages.tiny` unless `--omni-model-dir` names one), replies kept short by the
   deployment's per-stage sampling (thinker max_tokens 8, talker max_tokens 40 codes);
-- `omni-7b-shaped`: the same pipeline and sampling over Qwen2.5-Omni-7B-shaped random bf16 weights
-  (`benchmarks/omni_pipeline.py`'s `build_7b_shaped`, saved with `save_pretrained` and loaded by
-  each replica host the usual way); it needs `--device cuda`.
+- `omni-7b-shaped`: the same pipeline and sampling over the real-shape directory `qwen2_5_omni_7b`
+  (`python -m stages.tiny --real-shapes`: Qwen2.5-Omni-7B's published configs, no weights) deployed
+  with `load_format: dummy`: each replica host builds its stage on the GPU with seeded random
+  weights, nothing is written or read; it needs `--device cuda`.
 
 `--device cuda` puts every stage of the omni targets on the GPU (thinker and talker in bf16 with
 CUDA graphs, code2wav in float32, batches up to 16).
@@ -69,15 +70,16 @@ ANSWER_TIMEOUT_S = 300
 class Target:
     pipeline: str
     deploy_config: dict
-    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs, or SEVEN_B_SHAPED
+    checkpoint: str | None = None  # a stages.tiny checkpoint the target needs, or a real-shape one
+    real_shape: bool = False  # configs only (stages.tiny --real-shapes), every stage with load_format dummy
 
 
-SEVEN_B_SHAPED = "7b-shaped"  # benchmarks/omni_pipeline.py's build_7b_shaped (needs a GPU)
+SEVEN_B_SHAPED = "qwen2_5_omni_7b"  # the real-shape directory (needs a GPU)
 SHORT_REPLIES = {"stages": {"thinker": {"sampling": {"max_tokens": 8}}, "talker": {"sampling": {"max_tokens": 40}}}}
 TARGETS = {
     "echo-voice": Target("echo-voice", {}),
     "tiny-omni": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="qwen2_5_omni"),
-    "omni-7b-shaped": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint=SEVEN_B_SHAPED),
+    "omni-7b-shaped": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint=SEVEN_B_SHAPED, real_shape=True),
 }
 GPU_STAGES = {
     "thinker": {"dtype": "bfloat16", "kv_memory_mb": 8192},
@@ -90,8 +92,15 @@ def deploy_config_for(target: Target, device: str) -> dict:
     """The target's DeployConfig with every stage of a model pipeline on `device`."""
     if target.checkpoint is None or device == "cpu":
         return target.deploy_config
+    load_format = {"load_format": "dummy"} if target.real_shape else {}
     stages = {
-        name: {**GPU_STAGES[name], "device": device, "max_batch": 16, **target.deploy_config["stages"].get(name, {})}
+        name: {
+            **GPU_STAGES[name],
+            "device": device,
+            "max_batch": 16,
+            **load_format,
+            **target.deploy_config["stages"].get(name, {}),
+        }
         for name in GPU_STAGES
     }
     return {**target.deploy_config, "stages": stages}
@@ -123,20 +132,17 @@ def speech_samples(scratch: Path, wav: str | None) -> np.ndarray:
     return (0.3 * np.sign(np.sin(2 * np.pi * 140 * t))).astype(np.float32)
 
 
-def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None, device: str) -> str:
+def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None) -> str:
     if target.checkpoint is None:
         return "-"
     if omni_model_dir:
         return omni_model_dir
     models = scratch / "models"
-    if target.checkpoint == SEVEN_B_SHAPED:
-        out = models / "qwen2_5_omni_7b"
-        build = f"from benchmarks.omni_pipeline import build_7b_shaped; build_7b_shaped(Path({str(out)!r}), {device!r})"
-        print("building the 7B-shaped checkpoint (random bf16 weights) ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-c", f"from pathlib import Path; {build}"], cwd=REPO, check=True)
-        return str(out)
-    subprocess.run([sys.executable, "-m", "stages.tiny", str(models), "--only", target.checkpoint], cwd=REPO,
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    if target.real_shape:
+        print(f"writing the real-shape configs {target.checkpoint} (weights: load_format dummy) ...", file=sys.stderr)
+    real_shapes = ["--real-shapes"] if target.real_shape else []
+    subprocess.run([sys.executable, "-m", "stages.tiny", str(models), *real_shapes, "--only", target.checkpoint],
+                   cwd=REPO, check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     return str(models / target.checkpoint)
 
 
@@ -463,7 +469,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="the omni targets' device: cpu, cuda or cuda:N")
     parser.add_argument("--speech-wav", help="the user's speech as a WAV file (default: espeak-ng's)")
     args = parser.parse_args()
-    if args.device == "cpu" and any(TARGETS[name].checkpoint == SEVEN_B_SHAPED for name in args.targets):
+    if args.device == "cpu" and any(TARGETS[name].real_shape for name in args.targets):
         raise SystemExit("omni-7b-shaped needs --device cuda")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch_dir:
@@ -473,7 +479,7 @@ def main() -> None:
         try:
             for name in args.targets:
                 target = TARGETS[name]
-                model_dir = model_dir_for(target, scratch, args.omni_model_dir, args.device)
+                model_dir = model_dir_for(target, scratch, args.omni_model_dir)
                 deployment = deploy(name, target, model_dir, args.device)
                 rows += measure(platform, name, deployment, speech, args)
         except BaseException:

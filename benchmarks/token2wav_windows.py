@@ -2,9 +2,10 @@
 
     python benchmarks/token2wav_windows.py --device cuda [--modes float32 dit-bf16 all-bf16 bfloat16] [--eager] [--compile]
 
-The real checkpoint's token2wav dimensions (transformers' defaults, 8448 codes), random weights, the
-same seed for every precision. Precisions: `float32` (what transformers runs and the oracle tests
-check), `dit-bf16` (float32 weights, the DiT's matmuls under bfloat16 autocast: option
+The real checkpoint's token2wav (the real-shape directory `qwen2_5_omni_7b` of `python -m stages.tiny
+--real-shapes`, loaded by the family's loader with `load_format: dummy`: random weights built on the
+device, the same seed for every precision, and the directory's voices). Precisions: `float32` (what
+transformers runs and the oracle tests check), `dit-bf16` (float32 weights, the DiT's matmuls under bfloat16 autocast: option
 `token2wav_dit_autocast`), `all-bf16` (BigVGAN's convolutions too: `token2wav_vocoder_autocast`),
 `bfloat16` (bf16 weights). For each window (the first chunk of 5 frames + 12 look-ahead, steady
 chunks of 25, 50, 100 and 200 frames with 48 frames of left context) at each batch size: the first
@@ -18,10 +19,15 @@ DiT's blocks through torch.compile; the first window's "first" then includes the
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-import numpy as np
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 WINDOWS = {
     "first 5+12": (0, 5),
@@ -40,27 +46,28 @@ SECONDS_PER_FRAME = 0.02
 
 
 def build_decoder(device: str, mode: str, compile_blocks: bool = False):
-    from transformers import Qwen2_5OmniToken2WavConfig, Qwen2_5OmniToken2WavModel
+    from transformers import Qwen2_5OmniToken2WavModel
 
     from stages.generation.token2wav import Token2WavDecoder
+    from stages.models.omni_weights import load_submodule
+    from stages.models.qwen2_5_omni import config, speakers
+    from stages.tiny import REAL_SHAPES, build_all
 
+    root = Path(tempfile.gettempdir()) / "omnistage_real_shapes"
+    model_dir = str(build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"])
     dtype, dit_autocast, vocoder_autocast = MODES[mode]
-    config = Qwen2_5OmniToken2WavConfig(dit_config=dict(num_embeds=8448))
-    torch.manual_seed(0)
-    with torch.device(device):
-        module = Qwen2_5OmniToken2WavModel(config).float().eval()
-    module.to(getattr(torch, dtype))
-    dit = config.dit_config
-    speakers = {
-        "Chelsie": {
-            "bos_token": 1,
-            "cond": torch.randn(1, dit.enc_emb_dim),
-            "ref_mel": torch.randn(1, 300, dit.mel_dim),
-        }
-    }
+    module = load_submodule(
+        model_dir,
+        Qwen2_5OmniToken2WavModel,
+        config(model_dir).token2wav_config,
+        "token2wav.",
+        device=device,
+        dtype=torch.float32,
+        dummy_seed=0,
+    ).to(getattr(torch, dtype))  # drawn in float32 for every mode: the modes differ in precision only
     return Token2WavDecoder(
         module,
-        speakers,
+        speakers(model_dir),
         device=device,
         max_frames=2048,
         dit_autocast=dit_autocast,
