@@ -32,7 +32,7 @@ def test_deploy_round_trips(dump):
     deploy = DeployConfig(
         stages={
             "echo": StageDeployConfig(replicas=2, pool="gpu.h200", device="cuda:1", dtype="bfloat16", options={"x": 1}),
-            "voice": StageDeployConfig(backend="echo", connector="shm"),
+            "voice": StageDeployConfig(backend="echo", connector="shm", load_format="dummy"),
         },
         max_queue=8,
         hop_timeout_s=5.0,
@@ -67,6 +67,7 @@ def test_a_stage_left_out_takes_the_stage_default_backend():
         ({"stages": {"llm": {"device": "tpu"}}}, "stages.llm.device"),
         ({"stages": {"llm": {"pool": "bad pool!"}}}, "stages.llm.pool"),
         ({"stages": {"llm": {"backend": "tensorrt"}}}, "stages.llm.backend"),
+        ({"stages": {"llm": {"load_format": "random"}}}, "stages.llm.load_format"),
         ({"stages": {"talker": {}}}, "stages.talker"),
         ({"max_queue": 0}, "max_queue"),
         ({"hop_timeout_s": -1}, "hop_timeout_s"),

@@ -39,6 +39,7 @@ def test_pipelines_are_listed_with_their_stage_graph(client):
         ({"stages": {"echo": {"device": "tpu"}}}, "deploy_config.stages.echo.device"),
         ({"stages": {"nope": {}}}, "deploy_config.stages.nope"),
         ({"stages": {"echo": {"max_batch": "many"}}}, "deploy_config.stages.echo.max_batch"),
+        ({"stages": {"echo": {"load_format": "pt"}}}, "deploy_config.stages.echo.load_format"),
         ({"stages": {"echo": {"unknown_knob": 1}}}, "deploy_config.stages.echo"),
     ],
 )
