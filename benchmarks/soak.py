@@ -214,7 +214,9 @@ def main() -> None:
         print(f"     {line}")
     print(f"{'PASS' if history_ok else 'FAIL'} history: {history}")
     print(f"{'PASS' if usage_ok else 'FAIL'} usage: {usage}")
-    print(f"{'PASS' if rss_ok else 'FAIL'} memory after {args.warm_up_s:.0f} s of warm-up (within {RSS_TOLERANCE:.0%}):")
+    print(
+        f"{'PASS' if rss_ok else 'FAIL'} memory after {args.warm_up_s:.0f} s of warm-up (within {RSS_TOLERANCE:.0%}):"
+    )
     for line in rss:
         print(f"     {line}")
     raise SystemExit(0 if errors_ok and history_ok and usage_ok and rss_ok else 1)

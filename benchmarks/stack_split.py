@@ -18,9 +18,20 @@ from pathlib import Path
 CATEGORIES = [
     ("database (ORM, driver)", ("django/db/", "sqlite3", "psycopg")),
     ("Redis client", ("redis/",)),
-    ("history and usage recording", ("openai_compat/session.py", "openai_compat/outcome.py", "inference/services.py",
-                                     "accounts/usage.py", "inference/metrics.py")),
-    ("auth, quota, deployment lookup", ("control_plane/accounts/", "openai_compat/access.py", "control_plane/invalidation.py")),
+    (
+        "history and usage recording",
+        (
+            "openai_compat/session.py",
+            "openai_compat/outcome.py",
+            "inference/services.py",
+            "accounts/usage.py",
+            "inference/metrics.py",
+        ),
+    ),
+    (
+        "auth, quota, deployment lookup",
+        ("control_plane/accounts/", "openai_compat/access.py", "control_plane/invalidation.py"),
+    ),
     ("serving path client (serve, replies)", ("control_plane/orchestrator/",)),
     ("request parsing, validation, rendering", ("control_plane/openai_compat/", "stages/protocol", "msgspec", "json/")),
     ("Django handler and middleware", ("django/", "control_plane/system/")),

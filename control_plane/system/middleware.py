@@ -49,7 +49,6 @@ class InlineHooks:
         return type(self).process_view(self, request, view_func, view_args, view_kwargs)
 
 
-
 class SecurityMiddleware(InlineHooks, security.SecurityMiddleware):
     pass
 

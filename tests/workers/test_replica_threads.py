@@ -64,7 +64,12 @@ def test_building_a_replica_engine_applies_its_thread_count():
     spec["stage_deploy"]["cpu_threads"] = 2
     env = {key: value for key, value in os.environ.items() if key != "OMNISTAGE_REPLICA_THREADS"}
     result = subprocess.run(
-        [PYTHON, "-c", BUILD_AND_COUNT, json.dumps(spec)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [PYTHON, "-c", BUILD_AND_COUNT, json.dumps(spec)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "threads 2"

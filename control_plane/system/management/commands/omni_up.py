@@ -66,7 +66,9 @@ class Command(BaseCommand):
             supervisor.say("supervisor", f"Omnistage is ready at {url} ({time.monotonic() - started:.1f} s)")
             code = supervisor.watch()
         except OSError as error:  # the port is taken, or the address is not this machine's
-            supervisor.say("supervisor", f"start-up failed: web cannot listen on {options['host']}:{options['port']}: {error}")
+            supervisor.say(
+                "supervisor", f"start-up failed: web cannot listen on {options['host']}:{options['port']}: {error}"
+            )
             code = 1
         except StartupError as error:
             supervisor.say("supervisor", f"start-up failed: {error}")
@@ -111,5 +113,3 @@ class Command(BaseCommand):
 def _any_key(pattern: str) -> bool:
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
     return next(client.scan_iter(match=pattern, count=100), None) is not None
-
-

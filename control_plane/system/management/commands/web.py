@@ -37,7 +37,9 @@ class Command(BaseCommand):
             supervisor.say("supervisor", f"serving on {options['host']}:{options['port']}")
             code = supervisor.watch()
         except OSError as error:
-            supervisor.say("supervisor", f"start-up failed: cannot listen on {options['host']}:{options['port']}: {error}")
+            supervisor.say(
+                "supervisor", f"start-up failed: cannot listen on {options['host']}:{options['port']}: {error}"
+            )
             code = 1
         except StartupError as error:
             supervisor.say("supervisor", f"start-up failed: {error}")
