@@ -323,6 +323,7 @@ class ARTorchEngine(StageEngine):
         if seq.first_token_time is None:
             seq.first_token_time = now
             metrics["ttft"] = now - seq.arrival_time
+            metrics["num_prompt_tokens"] = seq.num_prompt_tokens  # what was consumed, if it is cancelled now
         seq.token_ids.append(token)
         reason = self._finish_reason(seq, token)
         if reason is not None:

@@ -34,6 +34,7 @@ _FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort", "error"
 @dataclass
 class _Tracked:
     stage_id: int
+    prompt_tokens: int
     seq: int = 0
 
 
@@ -92,7 +93,7 @@ class VLLMEngine(StageEngine):
             self.engine.add_request(request.request_id, {"prompt_token_ids": token_ids}, _vllm_sampling(sampling))
         except ValueError as error:
             raise InvalidRequest("sampling", str(error)) from error
-        self.requests[request.request_id] = _Tracked(stage_id=request.stage_id)
+        self.requests[request.request_id] = _Tracked(stage_id=request.stage_id, prompt_tokens=len(token_ids))
 
     def _prompt_token_ids(self, request: StageRequest) -> list[int]:
         if request.prompt_token_ids:
@@ -126,6 +127,7 @@ class VLLMEngine(StageEngine):
                 finish_reason=_FINISH_REASONS.get(completion.finish_reason or "", None) if result.finished else None,
                 text=completion.text,
                 token_ids=list(completion.token_ids),
+                metrics=_usage_metrics(tracked, result.finished),
             )
             tracked.seq += 1
             if result.finished:
@@ -160,6 +162,12 @@ class VLLMEngine(StageEngine):
         for request_id in list(self.requests):
             self.abort(request_id)
         self.engine.engine_core.shutdown()
+
+
+def _usage_metrics(tracked: _Tracked, finished: bool) -> dict[str, float]:
+    """The prompt's length on the first output and the last (the torch backend's convention): what
+    the request consumed, known even to a client that cancels it after its first token."""
+    return {"num_prompt_tokens": tracked.prompt_tokens} if tracked.seq == 0 or finished else {}
 
 
 def _vllm_sampling(params: SamplingParams):

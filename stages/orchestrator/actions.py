@@ -14,7 +14,8 @@ class RequestSummary(msgspec.Struct, kw_only=True):
     metrics: dict[str, float] = {}
     """ttft_s, tpot_s, ttfp_s, e2el_s, audio_s, rtf, and per stage `stage.<name>.duration_s` / `.first_output_s`."""
     usage: dict[str, int] = {}
-    """prompt_tokens (when known), completion_tokens, and `stage.<name>.output_tokens`."""
+    """prompt_tokens (what the entry stage read, when its engine says or the ids were given),
+    completion_tokens, and `stage.<name>.output_tokens`."""
     attempts: int = 1
 
 

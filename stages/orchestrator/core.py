@@ -305,6 +305,8 @@ class Orchestrator:
         stage = graph.stage[stage_id]
         progress = state.stages[stage_id]
         self._record(state, stage, progress, output, at)
+        if stage_id == graph.entry_id and "num_prompt_tokens" in output.metrics:
+            state.prompt_tokens = int(output.metrics["num_prompt_tokens"])
         if output.error is not None:
             return self._fail(state, _with_stage(output.error, stage.name), at)
         actions: list[Action] = []
@@ -437,6 +439,7 @@ class Orchestrator:
         state.stages = {stage_id: StageProgress(name=progress.name) for stage_id, progress in state.stages.items()}
         state.first_text_at = state.last_text_at = state.first_audio_at = None
         state.text_tokens = state.text_outputs = 0
+        state.prompt_tokens = None
         self._changed.add(state.request_id)
         return actions + self._start_entry(state, at)
 

@@ -25,7 +25,9 @@ def summarize(state: RequestState, ended_at: float) -> RequestSummary:
         metrics["audio_s"] = state.audio_seconds
         metrics["rtf"] = metrics["e2el_s"] / state.audio_seconds
     usage: dict[str, int] = {}
-    if state.entry.prompt_token_ids is not None:
+    if state.prompt_tokens is not None:
+        usage["prompt_tokens"] = state.prompt_tokens
+    elif state.entry.prompt_token_ids is not None:
         usage["prompt_tokens"] = len(state.entry.prompt_token_ids)
     if state.text_tokens:
         usage["completion_tokens"] = state.text_tokens

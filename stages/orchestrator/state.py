@@ -73,6 +73,9 @@ class RequestState(msgspec.Struct, kw_only=True):
     client_output_sent: bool = False
     first_text_at: float | None = None
     last_text_at: float | None = None
+    prompt_tokens: int | None = None
+    """What the entry stage's engine read (`num_prompt_tokens` of its outputs): the tokens of the
+    text, audio and images of the prompt, after its chat template."""
     text_tokens: int = 0
     text_outputs: int = 0
     first_audio_at: float | None = None

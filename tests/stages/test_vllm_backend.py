@@ -74,6 +74,8 @@ def test_a_chat_prompt_gets_the_chat_template(omni, checkpoint):
     )
     assert by_text.token_ids == by_ids.token_ids and by_text.text == by_ids.text
     assert by_text.metrics["ttft_s"] > 0 and by_text.usage["completion_tokens"] == 16
+    chat = apply_chat_template(checkpoint, [{"role": "user", "content": "Hello"}])
+    assert by_text.usage["prompt_tokens"] == by_ids.usage["prompt_tokens"] == len(chat)  # what vLLM read
 
 
 def test_stop_token_ends_the_request_with_reason_stop(omni):

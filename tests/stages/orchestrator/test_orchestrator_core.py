@@ -83,6 +83,23 @@ def test_single_stage_request_is_sent_emitted_and_completed_with_metrics():
     assert core.requests == {}
 
 
+def test_prompt_tokens_are_what_the_entry_stage_read():
+    """The engine's `num_prompt_tokens` (its chat template applied): a request sent as messages
+    or text has no token ids of its own to count, and a later stage's prompt is not the user's."""
+    core = make_core("chain")
+    submit(core, prompt=None, messages=[{"role": "user", "content": "a b c"}])
+    output(core, text="a", token_ids=[1], metrics={"num_prompt_tokens": 17})
+    output(core, seq=1, text=" b", token_ids=[2], finished=True, metrics={"num_prompt_tokens": 17})
+    done = output(core, stage_id=1, text="a b", token_ids=[1, 2], finished=True, metrics={"num_prompt_tokens": 99})
+    (complete,) = of_type(done, Complete)
+    assert complete.summary.usage["prompt_tokens"] == 17 and complete.summary.usage["completion_tokens"] == 2
+
+    core = make_core()
+    submit(core, prompt=None, prompt_token_ids=[5, 6, 7, 8])  # an engine that does not say: the ids given
+    (complete,) = of_type(output(core, text="a", token_ids=[1], finished=True), Complete)
+    assert complete.summary.usage["prompt_tokens"] == 4
+
+
 def test_redelivered_outputs_are_emitted_once():
     core = make_core()
     submit(core)
