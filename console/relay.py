@@ -1,7 +1,8 @@
-"""Turn the serving path's client messages into browser events, and keep what the history needs.
+"""A playground run's deltas as browser events.
 
 Browser events (JSON, each tagged with the run's `ref`):
-    text      {delta}                              a text delta
+    started   {request_id, code}                   the request is recorded and submitted
+    text      {delta, stage}                       a text delta
     audio     {pcm, sample_rate}                   base64 float32 little-endian mono PCM
     progress  {progress, step, total}              denoising steps of an image or video
     image     {data, mime_type, params}            a data URL
@@ -14,83 +15,53 @@ Browser events (JSON, each tagged with the run's `ref`):
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
 
-from console.media import data_url, pcm_float32
-from control_plane.orchestrator.wire import ClientMessage
-from stages.protocol import StageOutput, Tensor
+from console.media import data_url
+from console.playground_requests import PlaygroundRequest
+from control_plane.inference.errors import ApiError
+from control_plane.inference.models import Route
+from control_plane.inference.outcome import Delta
+from control_plane.inference.request_run import RequestRun
 
-DEFAULT_SAMPLE_RATE = 24000
-
-
-@dataclass
-class Media:
-    kind: str
-    data: bytes
-    mime_type: str
-    params: dict
+ROUTES = {"chat": Route.CHAT, "image": Route.IMAGES, "speech": Route.SPEECH, "video": Route.VIDEOS}
+MODALITIES = {"chat": ["text", "audio"], "image": ["image"], "speech": ["audio"], "video": ["video"]}
 
 
-@dataclass
-class RunRecord:
-    """Everything a run produced, for the history row and its artifacts."""
-
-    text: list[str] = field(default_factory=list)
-    pcm: list[bytes] = field(default_factory=list)
-    sample_rate: int = DEFAULT_SAMPLE_RATE
-    media: list[Media] = field(default_factory=list)
-    progress: float = 0.0
-    stage_errors: list[str] = field(default_factory=list)
-
-    @property
-    def audio_seconds(self) -> float:
-        return sum(len(chunk) for chunk in self.pcm) / 4 / self.sample_rate
-
-    @property
-    def output_text(self) -> str:
-        return "".join(self.text)
+def estimate(playground: PlaygroundRequest) -> dict[str, float]:
+    """What the quota reserves for a run (as /v1 reserves it for the same request)."""
+    if playground.mode == "image":
+        return {"images": 1}
+    if playground.mode == "chat":
+        return {"text_tokens": playground.parameters["max_tokens"]}
+    return {}
 
 
-def output_events(output: StageOutput, record: RunRecord) -> list[dict]:
-    events = []
-    if output.text:
-        record.text.append(output.text)
-        events.append({"type": "text", "delta": output.text, "stage": output.stage_id})
-    for name, payload in output.payloads.items():
-        if not isinstance(payload, Tensor):
-            events.append({"type": "notice", "message": f"the {name} payload came by reference and is not shown"})
-            continue
-        events.append(_payload_event(name, payload, output, record))
-    progress = output.params.get("progress")
-    if progress is not None and not output.payloads:
-        record.progress = float(progress)
-        events.append(
-            {
-                "type": "progress",
-                "progress": float(progress),
-                "step": output.params.get("step"),
-                "total": output.params.get("total_steps"),
-            }
-        )
-    if output.error is not None:
-        record.stage_errors.append(output.error.message)
-    return events
+class Relay:
+    def __init__(self, run: RequestRun):
+        self.run = run
 
+    def delta_events(self, delta: Delta) -> list[dict]:
+        events = []
+        if delta.text:
+            events.append({"type": "text", "delta": delta.text, "stage": delta.stage_id})
+        if delta.audio is not None:
+            pcm = delta.audio.astype("<f4", copy=False).reshape(-1).tobytes()
+            events.append({"type": "audio", "pcm": base64.b64encode(pcm).decode(), "sample_rate": delta.sample_rate})
+        info = {key: value for key, value in delta.params.items() if isinstance(value, (int, float, str))}
+        for media in delta.media:
+            events.append({"type": media.kind, "data": data_url(media.data, media.mime_type),
+                           "mime_type": media.mime_type, "params": info})  # fmt: skip
+        if delta.progress is not None and delta.audio is None and not delta.media:
+            params = delta.params
+            events.append({"type": "progress", "progress": delta.progress, "step": params.get("step"),
+                           "total": params.get("total_steps")})  # fmt: skip
+        return events
 
-def _payload_event(name: str, payload: Tensor, output: StageOutput, record: RunRecord) -> dict:
-    if name == "audio":
-        pcm = pcm_float32(payload)
-        record.sample_rate = int(output.params.get("sample_rate", record.sample_rate))
-        record.pcm.append(pcm)
-        return {"type": "audio", "pcm": base64.b64encode(pcm).decode(), "sample_rate": record.sample_rate}
-    mime_type = output.params.get("mime_type") or ("video/mp4" if name == "video" else "image/png")
-    info = {key: value for key, value in output.params.items() if isinstance(value, (int, float, str))}
-    record.media.append(Media(name, payload.data, mime_type, info))
-    record.progress = 1.0
-    return {"type": name, "data": data_url(payload.data, mime_type), "mime_type": mime_type, "params": info}
+    async def done_events(self, artifacts) -> list[dict]:
+        """The last event, once the history has the run (its link shows it all)."""
+        outcome = self.run.outcome
+        return [{"type": "done", "request_id": self.run.request_id, "finish_reason": outcome.ending_reason,
+                 "metrics": outcome.metrics, "usage": self.run.usage().history()}]  # fmt: skip
 
-
-def message_events(message: ClientMessage, record: RunRecord) -> list[dict]:
-    if message.output is not None:
-        return output_events(message.output, record)
-    return []
+    def error_events(self, error: ApiError) -> list[dict]:
+        return [{"type": "error", "message": error.message, "field": error.param}]

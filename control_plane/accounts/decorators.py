@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 import inspect
 
-from control_plane.accounts.openai_errors import access_denied_response
 from control_plane.accounts.permissions import AccessDenied, check_access
 from control_plane.accounts.principal import arequest_principal, request_principal
+from control_plane.inference.errors import access_denied_error
 
 
 def scope_required(scope: str, *, deployment_kwarg: str | None = None):
@@ -38,7 +38,7 @@ def scope_required(scope: str, *, deployment_kwarg: str | None = None):
                 try:
                     admit(request, await arequest_principal(request), kwargs)
                 except AccessDenied as denied:
-                    return access_denied_response(denied)
+                    return access_denied_error(denied).response()
                 return await view(request, *args, **kwargs)
 
         else:
@@ -48,7 +48,7 @@ def scope_required(scope: str, *, deployment_kwarg: str | None = None):
                 try:
                     admit(request, request_principal(request), kwargs)
                 except AccessDenied as denied:
-                    return access_denied_response(denied)
+                    return access_denied_error(denied).response()
                 return view(request, *args, **kwargs)
 
         wrapper.csrf_exempt = True

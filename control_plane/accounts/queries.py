@@ -15,6 +15,7 @@ from django.db.models.functions import TruncDate
 
 from control_plane.accounts import redis_names
 from control_plane.accounts.models import WINDOW_SECONDS, ApiKey, Quota, UsageRecord, Window
+from control_plane.inference.history_log import history_catch_up_for
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,9 @@ def usage_records(
     deployments: Iterable[str] | None = None,
     modality: str | None = None,
 ) -> QuerySet[UsageRecord]:
-    """Usage in [start, end), narrowed to a user, a key, deployments, a modality when given."""
+    """Usage in [start, end), narrowed to a user, a key, deployments, a modality when given; what
+    the history writer has not written yet of those users' requests is written first."""
+    history_catch_up_for(user_id=getattr(user, "pk", None), everyone=user is None)
     records = UsageRecord.objects.filter(created_at__gte=start, created_at__lt=end)
     if user is not None:
         records = records.filter(user=user)

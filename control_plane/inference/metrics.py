@@ -8,8 +8,11 @@ prometheus_client's exposition format at GET /metrics.
 - omnistage_time_to_first_packet_seconds{deployment, route}         histogram (TTFP, audio)
 - omnistage_time_per_output_token_seconds{deployment, route}        histogram (TPOT)
 - omnistage_queue_seconds{deployment, route}                        histogram
+- omnistage_history_pending                                          gauge: requests whose history
+                                                                     the writer has not written yet
 
-Counters are written when a request's history row is closed (services.request_close).
+Counters are written when a request's history row is closed in the database (history_apply.py:
+once per request, by whoever writes it first).
 Connector transfers per replica come from the replica rows (control_plane.deployments.metrics).
 """
 
@@ -21,10 +24,11 @@ import redis
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from control_plane.deployments.metrics import ConnectorCollector
+from control_plane.inference.redis_names import pending_all
 from control_plane.redis_client import get_redis, shared_redis
 from stages import streams
 
@@ -102,6 +106,11 @@ class RedisCollector:
                 buckets = [(_bound(b), float(series.get(f"le={_bound(b)}", 0))) for b in BUCKETS]
                 family.add_metric(list(label_values), buckets, float(series.get("sum", 0.0)))
             yield family
+        yield GaugeMetricFamily(
+            "omnistage_history_pending",
+            "Requests whose history rows the history writer has not written to the database yet.",
+            value=float(self.client.scard(pending_all())),
+        )
 
 
 def _series(raw: dict[bytes, bytes], label_count: int) -> dict[tuple[str, ...], dict[str, float]]:

@@ -1,4 +1,9 @@
-"""Read side of request history (HackSoft's "selectors"; `selectors` would shadow the stdlib)."""
+"""Read side of request history (HackSoft's "selectors"; `selectors` would shadow the stdlib).
+
+Every read starts by writing what is still pending of the rows it may show (the viewer's,
+everyone's for an admin: history_log.history_catch_up_for), so a request that has just ended
+reads in its final state, with its artifacts, even while the history writer lags or is down.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
+from control_plane.inference.history_log import history_catch_up_for
 from control_plane.inference.models import Artifact, InferenceRequest
 
 
@@ -15,6 +21,7 @@ def visible_requests(
 ) -> QuerySet[InferenceRequest]:
     """The history `viewer` may read: their own requests (every user's when `see_all`), and
     only those of `deployments` when given (an API key's allow-list)."""
+    history_catch_up_for(user_id=getattr(viewer, "pk", None), everyone=see_all)
     rows = InferenceRequest.objects.all()
     if not see_all:
         rows = rows.filter(user=viewer)

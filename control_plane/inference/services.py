@@ -1,26 +1,20 @@
-"""Writing request history: open a row when a request arrives, close it when it ends.
+"""Writing request history directly, for the callers off the serving path (admin actions,
+deleting a video job, tests): the same events the request runs append, applied at once.
 
-Every function is synchronous (ORM); the async views call them through `sync_to_async`.
-Closing a row also feeds the Prometheus counters (metrics.py).
+The serving path never calls these: a request run appends its events to Redis and the
+history writer applies them (request_run.py, history_log.py).
 """
 
 from __future__ import annotations
 
-import logging
+import time
 from typing import Any
 
 from django.core.files.base import ContentFile
-from django.utils import timezone
 
-from control_plane.inference import metrics
-from control_plane.inference.models import FINAL_STATUSES, Artifact, InferenceRequest, Status
-
-log = logging.getLogger(__name__)
-
-_CLOSE_FIELDS = ("status", "http_status", "finish_reason", "error", "output_text", "usage", "finished_at",
-                 "lease_expires_at", "progress", "queue_s", "ttft_s", "tpot_s", "ttfp_s", "e2el_s", "rtf",
-                 "stage_metrics")  # fmt: skip
-_TIMING_FIELDS = {"queue_s": "queue_s", "ttft_s": "ttft_s", "tpot_s": "tpot_s", "ttfp_s": "ttfp_s", "e2el_s": "e2el_s"}
+from control_plane.inference.history_apply import history_apply
+from control_plane.inference.history_events import ArtifactStored, artifact_id, row_closed, row_opened
+from control_plane.inference.models import Artifact, InferenceRequest, Status
 
 
 def request_open(
@@ -37,33 +31,11 @@ def request_open(
     modalities: list[str] | None = None,
     status: str = Status.QUEUED,
 ) -> InferenceRequest:
-    running = status == Status.RUNNING
-    return InferenceRequest.objects.create(
-        status=status,
-        started_at=timezone.now() if running else None,
-        attempts=1 if running else 0,
-        request_id=request_id,
-        route=route,
-        user=user if getattr(user, "is_authenticated", False) else None,
-        api_key=api_key,
-        deployment=deployment,
-        deployment_name=deployment_name or getattr(deployment, "name", ""),
-        stream=stream,
-        inputs=inputs or {},
-        parameters=parameters or {},
-        modalities=modalities_field(modalities or []),
-    )
-
-
-def modalities_field(modalities: list[str]) -> str:
-    return "," + ",".join(modalities) + "," if modalities else ""
-
-
-def request_started(row: InferenceRequest) -> None:
-    row.status = Status.RUNNING
-    row.started_at = timezone.now()
-    row.attempts += 1
-    row.save(update_fields=["status", "started_at", "attempts"])
+    event = row_opened(request_id=request_id, route=route, user=user, api_key=api_key, deployment=deployment,
+                       deployment_name=deployment_name, stream=stream, inputs=inputs, parameters=parameters,
+                       modalities=modalities, status=status)  # fmt: skip
+    history_apply([event])
+    return InferenceRequest.objects.get(pk=event.id)
 
 
 def request_progress(row: InferenceRequest, progress: float) -> None:
@@ -82,53 +54,17 @@ def request_close(
     usage: dict[str, Any] | None = None,
     summary_metrics: dict[str, float] | None = None,
 ) -> InferenceRequest:
-    """Record how the request ended. Idempotent: a row already final keeps its first ending.
-
-    One conditional UPDATE (no read-then-write transaction), so it never deadlocks SQLite's
-    writers in the embedded mode and two closers cannot both win.
-    """
-    row.status = status
-    row.http_status = http_status
-    row.finish_reason = finish_reason or ""
-    row.error = error
-    row.output_text = output_text
-    row.usage = usage or {}
-    row.finished_at = timezone.now()
-    row.lease_expires_at = None
-    if status == Status.COMPLETED:
-        row.progress = 1.0
-    apply_summary(row, summary_metrics or {})
-    fields = {name: getattr(row, name) for name in _CLOSE_FIELDS}
-    won = InferenceRequest.objects.filter(pk=row.pk).exclude(status__in=FINAL_STATUSES).update(**fields)
-    if not won:
-        return InferenceRequest.objects.filter(pk=row.pk).first() or row
-    try:
-        metrics.observe(row)
-    except Exception:  # metrics never break serving
-        log.exception("could not record metrics of %s", row.request_id)
-    return row
+    """Record how the request ended. Idempotent: a row already final keeps its first ending."""
+    started = row.started_at.timestamp() if row.started_at else None
+    history_apply([row_closed(row_id=str(row.pk), started_at=started, status=status, http_status=http_status,
+                              finish_reason=finish_reason, error=error, output_text=output_text, usage=usage,
+                              summary_metrics=summary_metrics)])  # fmt: skip
+    return InferenceRequest.objects.filter(pk=row.pk).first() or row
 
 
-def apply_summary(row: InferenceRequest, summary: dict[str, float]) -> None:
-    """Timings from the orchestrator's RequestSummary.metrics (see stages/orchestrator/metrics.py)."""
-    for key, field in _TIMING_FIELDS.items():
-        if key in summary:
-            setattr(row, field, float(summary[key]))
-    if "rtf" in summary:
-        row.rtf = float(summary["rtf"])
-    stages: dict[str, dict[str, float]] = {}
-    for key, value in summary.items():
-        if key.startswith("stage."):
-            _, name, measure = key.split(".", 2)
-            stages.setdefault(name, {})[measure] = float(value)
-    if stages:
-        row.stage_metrics = stages
-    if row.e2el_s is None and row.started_at is not None:
-        row.e2el_s = (timezone.now() - row.started_at).total_seconds()
-
-
-def artifact_add(
-    row: InferenceRequest,
+def artifact_store(
+    row_id: str,
+    request_id: str,
     *,
     kind: str,
     data: bytes,
@@ -136,12 +72,29 @@ def artifact_add(
     extension: str,
     index: int = 0,
     meta: dict[str, Any] | None = None,
-) -> Artifact:
-    """Store the bytes through Django's storage API (local disk by default, any object store by setting)."""
-    artifact = Artifact(request=row, kind=kind, index=index, mime_type=mime_type, size_bytes=len(data), meta=meta or {})
-    artifact.file.save(f"{kind}-{index}.{extension}", ContentFile(data), save=False)
-    artifact.save()
-    return artifact
+) -> ArtifactStored:
+    """Write an artifact's bytes through Django's storage API (local disk by default, any object
+    store by setting) and describe it for the history. File work only, no database."""
+    storage = Artifact._meta.get_field("file").storage
+    day = time.strftime("%Y/%m/%d", time.gmtime())
+    name = storage.save(f"artifacts/{day}/{request_id}/{kind}-{index}.{extension}", ContentFile(data))
+    return ArtifactStored(
+        id=artifact_id(row_id, kind, index),
+        row_id=row_id,
+        kind=kind,
+        index=index,
+        name=name,
+        mime_type=mime_type,
+        size_bytes=len(data),
+        meta=meta or {},
+        created_at=time.time(),
+    )
+
+
+def artifact_add(row: InferenceRequest, **fields) -> Artifact:
+    event = artifact_store(str(row.pk), row.request_id, **fields)
+    history_apply([event])
+    return Artifact.objects.get(pk=event.id)
 
 
 def request_delete(row: InferenceRequest) -> None:

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http.multipartparser import MultiPartParserError
 
-from control_plane.openai_compat.errors import ApiError
+from control_plane.inference.errors import ApiError
 
 T = TypeVar("T")
 _AT = re.compile(r" - at `\$(.*)`$")

@@ -17,15 +17,16 @@ from typing import Any
 
 import msgspec
 
+from control_plane.inference import audio_encoding
+from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
-from control_plane.openai_compat import audio_encoding
-from control_plane.openai_compat.access import served_deployment
+from control_plane.inference.outcome import Delta
+from control_plane.inference.request_run import RequestRun
+from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
-from control_plane.openai_compat.errors import ApiError
-from control_plane.openai_compat.outcome import Delta, Outcome
 from control_plane.openai_compat.sampling import build_sampling
-from control_plane.openai_compat.session import Recorder, drain, relay, served_view, start
+from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from stages.protocol import StageRequest
@@ -133,18 +134,17 @@ def diffusion_params(body: Any) -> dict[str, Any]:
 
 
 @served_view(Route.CHAT, "POST")
-async def chat_completions(request, rec: Recorder):
+async def chat_completions(request, run: RequestRun):
     raw = read_json(request)
-    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, ChatRequest)
     check_common(body)
     served = await served_deployment(
-        rec.caller, body.model, check=lambda found: check_modalities(body.modalities, found.output_modalities)
+        run.caller, body.model, check=lambda found: check_modalities(body.modalities, found.output_modalities)
     )
-    rec.served = served
+    run.served = served
     modalities = check_modalities(body.modalities, served.output_modalities)
     stream = bool(body.stream)
-    rec.stream = stream
     audio_format = audio_encoding.normalize_format((body.audio.format if body.audio else None) or "wav")
     if audio_format is None:
         raise ApiError.invalid(
@@ -170,31 +170,28 @@ async def chat_completions(request, rec: Recorder):
         if key not in ("messages", "model") and value is not None
     }
     estimate = {"text_tokens": float(entry_sampling.max_tokens)} if entry_sampling else {}
-    await rec.open(
+    await run.open(
         served,
         inputs={"messages": summarize(messages)},
         parameters=parameters,
         modalities=modalities,
+        stream=stream,
         estimate=estimate,
     )
     stage_request = StageRequest(
-        request_id=rec.request_id, messages=messages, sampling=entry_sampling, params=params, arrival_time=time.time()
+        request_id=run.request_id, messages=messages, sampling=entry_sampling, params=params, arrival_time=time.time()
     )
-    first, replies = await start(rec, stage_request, later_sampling)
-    view = ChatView(rec, modalities, audio_format, body)
-    outcome = Outcome()
+    deltas = await run.submit(stage_request, later_sampling)
+    view = ChatView(run, modalities, audio_format, body)
     if not stream:
-        await drain(rec, first, replies, outcome)
-        artifacts = await rec.complete(outcome, audio_format=audio_format)
-        return view.completion(outcome, artifacts)
+        await deltas.drain()
+        artifacts = await run.complete(audio_format=audio_format)
+        return view.completion(artifacts)
     return sse_response(
-        relay(
-            rec,
-            first,
-            replies,
-            outcome,
+        run.events(
+            deltas,
             on_delta=view.chunk_events,
-            on_complete=view.final_events(outcome),
+            on_complete=view.final_events,
             on_error=view.error_events,
             complete_options={"audio_format": audio_format},
         )
@@ -204,8 +201,8 @@ async def chat_completions(request, rec: Recorder):
 class ChatView:
     """Renders one request's outcome as OpenAI chat objects."""
 
-    def __init__(self, rec: Recorder, modalities: list[str], audio_format: str, body: ChatRequest):
-        self.rec = rec
+    def __init__(self, run: RequestRun, modalities: list[str], audio_format: str, body: ChatRequest):
+        self.run = run
         self.modalities = modalities
         self.audio_format = audio_format
         self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -216,27 +213,24 @@ class ChatView:
 
     # ------------------------------------------------------------- shared
 
-    def usage(self, outcome: Outcome) -> dict[str, Any]:
-        audio_stages = audio_token_stages(self.rec)
-        audio_tokens = outcome.stage_tokens(audio_stages) if outcome.audio_chunks else 0
-        text_tokens = outcome.completion_tokens
-        prompt = outcome.prompt_token_count
-        completion = text_tokens + audio_tokens
+    def usage(self) -> dict[str, Any]:
+        usage = self.run.usage()
+        completion = usage.completion_tokens + usage.audio_tokens
         return {
-            "prompt_tokens": prompt,
+            "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": completion,
-            "total_tokens": prompt + completion,
+            "total_tokens": usage.prompt_tokens + completion,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
-                "text_tokens": text_tokens,
-                "audio_tokens": audio_tokens,
-                "audio_seconds": round(outcome.audio_seconds, 4),
+                "text_tokens": usage.completion_tokens,
+                "audio_tokens": usage.audio_tokens,
+                "audio_seconds": round(usage.audio_seconds, 4),
             },
         }
 
-    def finish_reason(self, outcome: Outcome) -> str:
-        reason = outcome.finish_reason or (outcome.summary.finish_reason if outcome.summary else None)
+    def finish_reason(self) -> str:
+        reason = self.run.outcome.ending_reason
         return reason if reason in ("stop", "length") else "stop"
 
     def image_parts(self, media) -> list[dict[str, Any]]:
@@ -251,9 +245,10 @@ class ChatView:
 
     # ------------------------------------------------------------- whole
 
-    def completion(self, outcome: Outcome, artifacts) -> Any:
+    def completion(self, artifacts) -> Any:
         from django.http import JsonResponse
 
+        outcome = self.run.outcome
         text = outcome.text
         message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
         images = self.image_parts(outcome.media) if "image" in self.modalities else []
@@ -268,20 +263,18 @@ class ChatView:
             data = audio_encoding.encode_audio(audio, outcome.sample_rate, self.audio_format)
             audio_artifact = next((a for a in artifacts if a.kind == "audio"), None)
             message["audio"] = {
-                "id": f"audio_{audio_artifact.id.hex}" if audio_artifact else self.audio_id,
+                "id": f"audio_{uuid.UUID(audio_artifact.id).hex}" if audio_artifact else self.audio_id,
                 "data": base64.b64encode(data).decode(),
                 "expires_at": int(time.time()) + AUDIO_EXPIRY_S,
                 "transcript": text,
             }
         body = {
-            "id": self.rec.request_id,
+            "id": self.run.request_id,
             "object": "chat.completion",
             "created": self.created,
-            "model": self.rec.served.name,
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": self.finish_reason(outcome), "logprobs": None}
-            ],
-            "usage": self.usage(outcome),
+            "model": self.run.served.name,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason(), "logprobs": None}],
+            "usage": self.usage(),
             "system_fingerprint": None,
         }
         return JsonResponse(body)
@@ -294,10 +287,10 @@ class ChatView:
             self.sent_role = True
         return event(
             {
-                "id": self.rec.request_id,
+                "id": self.run.request_id,
                 "object": "chat.completion.chunk",
                 "created": self.created,
-                "model": self.rec.served.name,
+                "model": self.run.served.name,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}],
             }
         )
@@ -324,38 +317,28 @@ class ChatView:
                 events.append(self._chunk({"content": parts}))
         return events
 
-    def final_events(self, outcome: Outcome):
-        async def render(artifacts) -> list[bytes]:
-            events = []
-            if "audio" in self.modalities and outcome.audio_chunks:
-                final_audio = {"id": self.audio_id, "expires_at": int(time.time()) + AUDIO_EXPIRY_S}
-                events.append(self._chunk({"audio": final_audio}))
-            events.append(self._chunk({}, self.finish_reason(outcome)))
-            if self.include_usage:
-                events.append(
-                    event(
-                        {
-                            "id": self.rec.request_id,
-                            "object": "chat.completion.chunk",
-                            "created": self.created,
-                            "model": self.rec.served.name,
-                            "choices": [],
-                            "usage": self.usage(outcome),
-                        }
-                    )
+    async def final_events(self, artifacts) -> list[bytes]:
+        events = []
+        if "audio" in self.modalities and self.run.outcome.audio_chunks:
+            final_audio = {"id": self.audio_id, "expires_at": int(time.time()) + AUDIO_EXPIRY_S}
+            events.append(self._chunk({"audio": final_audio}))
+        events.append(self._chunk({}, self.finish_reason()))
+        if self.include_usage:
+            events.append(
+                event(
+                    {
+                        "id": self.run.request_id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.run.served.name,
+                        "choices": [],
+                        "usage": self.usage(),
+                    }
                 )
-            events.append(DONE)
-            return events
-
-        return render
+            )
+        events.append(DONE)
+        return events
 
     def error_events(self, error: ApiError) -> list[bytes]:
         return [event(error.body()), DONE]
 
-
-def audio_token_stages(rec: Recorder) -> list[str]:
-    """Stages whose output tokens are audio tokens: every non-entry stage that emits no text,
-    image or video (a talker's codec tokens, a vocoder's)."""
-    pipeline = rec.served.pipeline
-    entry = pipeline.entry_stage.id
-    return [s.name for s in pipeline.stages if s.id != entry and s.output not in ("text", "image", "video")]

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 
-from control_plane.openai_compat.errors import ApiError
+from control_plane.inference.errors import ApiError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _DATA_URL = re.compile(

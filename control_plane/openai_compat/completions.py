@@ -9,14 +9,15 @@ from typing import Any
 import msgspec
 from django.http import JsonResponse
 
+from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
-from control_plane.openai_compat.access import served_deployment
+from control_plane.inference.outcome import Delta
+from control_plane.inference.request_run import RequestRun
+from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat import StreamOptions
-from control_plane.openai_compat.errors import ApiError
-from control_plane.openai_compat.outcome import Delta, Outcome
 from control_plane.openai_compat.sampling import build_sampling
-from control_plane.openai_compat.session import Recorder, drain, relay, served_view, start
+from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from stages.protocol import StageRequest
 
@@ -70,18 +71,18 @@ def completions_supported(served) -> None:
 
 
 @served_view(Route.COMPLETIONS, "POST")
-async def completions(request, rec: Recorder):
+async def completions(request, run: RequestRun):
     raw = read_json(request)
-    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, CompletionRequest)
     if body.n is not None and body.n != 1:
         raise ApiError.invalid("n", "Only n=1 is supported.", "unsupported_value")
     if body.max_tokens is not None and body.max_tokens < 1:
         raise ApiError.invalid("max_tokens", f"'max_tokens' must be at least 1, got {body.max_tokens}.")
     prompt, token_ids = prompt_of(body)
-    served = await served_deployment(rec.caller, body.model, check=completions_supported)
-    rec.served = served
-    rec.stream = bool(body.stream)
+    served = await served_deployment(run.caller, body.model, check=completions_supported)
+    run.served = served
+    stream = bool(body.stream)
     fields = {name: getattr(body, name) for name in ("temperature", "top_p", "top_k", "seed", "min_tokens", "stop",
                                                       "stop_token_ids", "ignore_eos")}  # fmt: skip
     fields["max_tokens"] = body.max_tokens or DEFAULT_MAX_TOKENS
@@ -89,47 +90,48 @@ async def completions(request, rec: Recorder):
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
-    await rec.open(
+    await run.open(
         served,
         inputs={"prompt": prompt if prompt is not None else token_ids},
         parameters=parameters,
         modalities=["text"],
+        stream=stream,
         estimate={"text_tokens": float(fields["max_tokens"])},
     )
     stage_request = StageRequest(
-        request_id=rec.request_id,
+        request_id=run.request_id,
         prompt=prompt,
         prompt_token_ids=token_ids,
         sampling=entry_sampling,
         params=params,
         arrival_time=time.time(),
     )
-    first, replies = await start(rec, stage_request, later_sampling)
+    deltas = await run.submit(stage_request, later_sampling)
     created = int(time.time())
     echo = prompt if body.echo and prompt else ""
-    outcome = Outcome()
 
     def usage() -> dict[str, int]:
-        prompt_tokens = outcome.prompt_token_count or (len(token_ids) if token_ids else 0)
+        counted = run.usage()
         return {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": outcome.completion_tokens,
-            "total_tokens": prompt_tokens + outcome.completion_tokens,
+            "prompt_tokens": counted.prompt_tokens,
+            "completion_tokens": counted.completion_tokens,
+            "total_tokens": counted.prompt_tokens + counted.completion_tokens,
         }
 
     def finish_reason() -> str:
-        return outcome.finish_reason if outcome.finish_reason in ("stop", "length") else "stop"
+        reason = run.outcome.finish_reason
+        return reason if reason in ("stop", "length") else "stop"
 
     def chunk(text: str, reason: str | None = None) -> bytes:
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": reason}
-        return event({"id": rec.request_id, "object": "text_completion", "created": created, "model": served.name,
+        return event({"id": run.request_id, "object": "text_completion", "created": created, "model": served.name,
                       "choices": [choice]})  # fmt: skip
 
-    if not rec.stream:
-        await drain(rec, first, replies, outcome)
-        await rec.complete(outcome)
-        choice = {"text": echo + outcome.text, "index": 0, "logprobs": None, "finish_reason": finish_reason()}
-        return JsonResponse({"id": rec.request_id, "object": "text_completion", "created": created,
+    if not stream:
+        await deltas.drain()
+        await run.complete()
+        choice = {"text": echo + run.outcome.text, "index": 0, "logprobs": None, "finish_reason": finish_reason()}
+        return JsonResponse({"id": run.request_id, "object": "text_completion", "created": created,
                              "model": served.name, "choices": [choice], "usage": usage()})  # fmt: skip
 
     echoed = []
@@ -144,12 +146,11 @@ async def completions(request, rec: Recorder):
     async def on_complete(artifacts) -> list[bytes]:
         events = [chunk("", finish_reason())]
         if body.stream_options and body.stream_options.include_usage:
-            events.append(event({"id": rec.request_id, "object": "text_completion", "created": created,
+            events.append(event({"id": run.request_id, "object": "text_completion", "created": created,
                                  "model": served.name, "choices": [], "usage": usage()}))  # fmt: skip
         return [*events, DONE]
 
     def on_error(error: ApiError) -> list[bytes]:
         return [event(error.body()), DONE]
 
-    return sse_response(relay(rec, first, replies, outcome, on_delta=on_delta, on_complete=on_complete,
-                              on_error=on_error))  # fmt: skip
+    return sse_response(run.events(deltas, on_delta=on_delta, on_complete=on_complete, on_error=on_error))

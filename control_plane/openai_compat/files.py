@@ -6,13 +6,17 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.http import FileResponse
 
+from control_plane.inference.errors import ApiError, openai_endpoint
+from control_plane.inference.history_log import history_catch_up_for
 from control_plane.inference.models import Artifact
 from control_plane.inference.signing import artifact_id_from_token
-from control_plane.openai_compat.errors import ApiError, openai_endpoint
 
 
 def _open(artifact_id: str):
     artifact = Artifact.objects.filter(pk=artifact_id).first()
+    if artifact is None:  # a URL given out a moment ago: its row may still be on its way
+        history_catch_up_for(everyone=True)
+        artifact = Artifact.objects.filter(pk=artifact_id).first()
     if artifact is None:
         return None, None
     try:

@@ -19,11 +19,12 @@ from typing import Any
 
 import msgspec
 
+from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
-from control_plane.openai_compat.access import Served, served_deployment
+from control_plane.inference.request_run import RequestRun
+from control_plane.inference.targets import Served, served_deployment
 from control_plane.openai_compat.bodies import convert, read_form
 from control_plane.openai_compat.chat_inputs import decode_image_bytes, max_media_bytes
-from control_plane.openai_compat.errors import ApiError
 from control_plane.openai_compat.images import (
     ImageRequest,
     prompt_input,
@@ -33,7 +34,7 @@ from control_plane.openai_compat.images import (
     stage_requests,
     validate,
 )
-from control_plane.openai_compat.session import Recorder, served_view
+from control_plane.openai_compat.session import served_view
 from stages.protocol import Tensor
 
 
@@ -99,19 +100,19 @@ def image_summary(image, raw: bytes) -> dict[str, Any]:
 
 
 @served_view(Route.IMAGE_EDITS, "POST")
-async def edits(request, rec: Recorder):
+async def edits(request, run: RequestRun):
     fields, files = read_form(request)
     form = {key: values[0] for key, values in fields.items() if values}
-    rec.inputs = {"model": form.get("model")} if form.get("model") else {}
+    run.inputs = {"model": form.get("model")} if form.get("model") else {}
     raw, image = read_input_image(files)
     refuse_mask(form, files)
     body = convert(form, ImageEditRequest, strict=False)
     params = validate_edit(body)
-    served = await served_deployment(rec.caller, body.model, check=require_image_input)
-    rec.served = served
+    served = await served_deployment(run.caller, body.model, check=require_image_input)
+    run.served = served
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
-    await rec.open(served, inputs={"prompt": body.prompt, "image": image_summary(image, raw)}, parameters=parameters,
+    await run.open(served, inputs={"prompt": body.prompt, "image": image_summary(image, raw)}, parameters=parameters,
                    modalities=["image"], estimate={"images": float(body.n)})  # fmt: skip
     entry = {**prompt_input(served, body.prompt), "payloads": {"image": image_payload(raw)}}
-    outcome = await run_images(rec, stage_requests(rec, served, entry, params, body.n))
-    return await respond(request, rec, served, body, outcome, params["output_format"])
+    await run_images(run, stage_requests(run, entry, params, body.n))
+    return await respond(request, run, body, params["output_format"])

@@ -16,13 +16,13 @@ from typing import Any
 import msgspec
 from django.http import JsonResponse
 
+from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
+from control_plane.inference.request_run import RequestRun
 from control_plane.inference.signing import signed_artifact_url
-from control_plane.openai_compat.access import Served, served_deployment
+from control_plane.inference.targets import Served, served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
-from control_plane.openai_compat.errors import ApiError
-from control_plane.openai_compat.outcome import Outcome
-from control_plane.openai_compat.session import Recorder, StageFailed, drain, served_view, start
+from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 from stages.protocol import StageRequest
 
@@ -96,33 +96,25 @@ def require_images(served: Served) -> None:
         )
 
 
-async def run_images(rec: Recorder, requests: list[StageRequest]) -> Outcome:
-    """Serve every request concurrently; the first failure cancels the others."""
+async def run_images(run: RequestRun, requests: list[StageRequest]) -> None:
+    """Serve every request concurrently (their outputs fold into the run's outcome, in request
+    order); the first failure cancels the others."""
 
-    async def one(request: StageRequest) -> Outcome:
-        first, replies = await start(rec, request)
-        outcome = Outcome()
-        await drain(rec, first, replies, outcome)
-        return outcome
+    async def one(request: StageRequest) -> None:
+        deltas = await run.submit(request)
+        await deltas.drain()
 
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(request)) for request in requests]
-    except* (StageFailed, ApiError) as failures:
+            for request in requests:
+                group.create_task(one(request))
+    except* ApiError as failures:
         raise failures.exceptions[0] from None
-    merged = Outcome()
-    for task in tasks:
-        outcome = task.result()
-        merged.media += outcome.media
-        merged.text_parts += outcome.text_parts
-        merged.text_tokens += outcome.text_tokens
-        merged.summary = merged.summary or outcome.summary
-        merged.finish_reason = "stop"
-    return merged
 
 
-async def respond(request, rec: Recorder, served: Served, body: ImageRequest, outcome: Outcome, output_format: str):
-    artifacts = await rec.complete(outcome)
+async def respond(request, run: RequestRun, body: ImageRequest, output_format: str):
+    artifacts = await run.complete()
+    outcome = run.outcome
     images = [a for a in artifacts if a.kind == "image"]
     revised = outcome.text or None
     data = []
@@ -146,7 +138,7 @@ async def respond(request, rec: Recorder, served: Served, body: ImageRequest, ou
     )
 
 
-def stage_requests(rec: Recorder, served: Served, prompt_input: dict[str, Any], params: dict[str, Any], n: int):
+def stage_requests(run: RequestRun, prompt_input: dict[str, Any], params: dict[str, Any], n: int):
     requests = []
     for index in range(n):
         image_params = dict(params)
@@ -154,7 +146,7 @@ def stage_requests(rec: Recorder, served: Served, prompt_input: dict[str, Any], 
             image_params["seed"] = image_params["seed"] + index
         requests.append(
             StageRequest(
-                request_id=f"{rec.request_id}-{index}" if n > 1 else rec.request_id,
+                request_id=f"{run.request_id}-{index}" if n > 1 else run.request_id,
                 params=image_params,
                 arrival_time=time.time(),
                 **prompt_input,
@@ -170,15 +162,15 @@ def prompt_input(served: Served, prompt: str) -> dict[str, Any]:
 
 
 @served_view(Route.IMAGES, "POST")
-async def generations(request, rec: Recorder):
+async def generations(request, run: RequestRun):
     raw = read_json(request)
-    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, ImageRequest)
     params = validate(body)
-    served = await served_deployment(rec.caller, body.model, check=require_images)
-    rec.served = served
+    served = await served_deployment(run.caller, body.model, check=require_images)
+    run.served = served
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
-    await rec.open(served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["image"],
+    await run.open(served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["image"],
                    estimate={"images": float(body.n)})  # fmt: skip
-    outcome = await run_images(rec, stage_requests(rec, served, prompt_input(served, body.prompt), params, body.n))
-    return await respond(request, rec, served, body, outcome, params["output_format"])
+    await run_images(run, stage_requests(run, prompt_input(served, body.prompt), params, body.n))
+    return await respond(request, run, body, params["output_format"])

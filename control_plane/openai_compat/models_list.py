@@ -8,8 +8,9 @@ from control_plane import invalidation
 from control_plane.accounts.permissions import deployment_allowed
 from control_plane.deployments.queries import running_deployments
 from control_plane.deployments.served_cache import TOPIC, ttl_s
-from control_plane.openai_compat.access import authenticate, served_deployment
-from control_plane.openai_compat.errors import openai_endpoint
+from control_plane.inference.errors import openai_endpoint
+from control_plane.inference.targets import served_deployment
+from control_plane.openai_compat.access import authenticate
 from control_plane.orm_threads import orm_in_thread
 
 RUNNING = "running"

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from control_plane.openai_compat.errors import ApiError
+from control_plane.inference.errors import ApiError
 from stages.config import DeployConfig, PipelineConfig
 from stages.errors import InvalidRequest
 from stages.protocol import SamplingParams

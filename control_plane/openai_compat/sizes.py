@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from control_plane.openai_compat.errors import ApiError
+from control_plane.inference.errors import ApiError
 
 _SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
 MAX_SIDE = 4096

@@ -20,14 +20,15 @@ import time
 import msgspec
 from django.http import HttpResponse, StreamingHttpResponse
 
+from control_plane.inference import audio_encoding
+from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
-from control_plane.openai_compat import audio_encoding
-from control_plane.openai_compat.access import served_deployment
+from control_plane.inference.outcome import Delta
+from control_plane.inference.request_run import Deltas, RequestRun
+from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
-from control_plane.openai_compat.errors import ApiError
-from control_plane.openai_compat.outcome import Delta, Outcome
 from control_plane.openai_compat.sampling import build_sampling
-from control_plane.openai_compat.session import Recorder, drain, relay, served_view, start
+from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import event, sse_response
 from stages.protocol import StageRequest
 
@@ -87,14 +88,13 @@ def require_audio(served) -> None:
 
 
 @served_view(Route.SPEECH, "POST")
-async def speech(request, rec: Recorder):
+async def speech(request, run: RequestRun):
     raw = read_json(request)
-    rec.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
+    run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, SpeechRequest)
     fmt, mode = validate(body)
-    served = await served_deployment(rec.caller, body.model, check=require_audio)
-    rec.served = served
-    rec.stream = mode is not None
+    served = await served_deployment(run.caller, body.model, check=require_audio)
+    run.served = served
     fields = {"max_tokens": body.max_tokens, "seed": body.seed}
     entry_sampling, later_sampling, params = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
@@ -102,34 +102,32 @@ async def speech(request, rec: Recorder):
     params.update({key: getattr(body, key) for key in ("voice", "instructions", "language") if getattr(body, key)})
     params["modalities"] = ["audio"]
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}
-    await rec.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"], estimate={})
+    await run.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"],
+                   stream=mode is not None)  # fmt: skip
     if served.pipeline.needs_chat_template:
         text_input = {"messages": [{"role": "user", "content": body.input}]}
     else:
         text_input = {"prompt": body.input}
     stage_request = StageRequest(
-        request_id=rec.request_id, sampling=entry_sampling, params=params, arrival_time=time.time(), **text_input
+        request_id=run.request_id, sampling=entry_sampling, params=params, arrival_time=time.time(), **text_input
     )
-    first, replies = await start(rec, stage_request, later_sampling)
-    outcome = Outcome()
-    headers = {"X-Request-Id": rec.request_id}
+    deltas = await run.submit(stage_request, later_sampling)
+    headers = {"X-Request-Id": run.request_id}
     if mode is None:
-        await drain(rec, first, replies, outcome)
+        outcome = await deltas.drain()
         if outcome.audio is None:
             raise ApiError(500, "The model produced no audio for this input.", code="no_audio")
         audio = audio_encoding.time_stretch(outcome.audio, body.speed)
         data = audio_encoding.encode_audio(audio, outcome.sample_rate, fmt)
-        await rec.complete(outcome, audio_format=fmt)
+        await run.complete(audio_format=fmt)
         response = HttpResponse(data, content_type=audio_encoding.MIME_TYPES[fmt])
         response["X-Sample-Rate"] = str(outcome.sample_rate)
         for name, value in headers.items():
             response[name] = value
         return response
     if mode == "sse":
-        return sse_response(_sse(rec, first, replies, outcome, fmt), headers)
-    response = StreamingHttpResponse(
-        _raw(rec, first, replies, outcome, fmt), content_type=audio_encoding.MIME_TYPES[fmt]
-    )
+        return sse_response(_sse(run, deltas, fmt), headers)
+    response = StreamingHttpResponse(_raw(run, deltas, fmt), content_type=audio_encoding.MIME_TYPES[fmt])
     for name, value in headers.items():
         response[name] = value
     return response
@@ -150,7 +148,7 @@ def _encoder(fmt: str):
     return encode
 
 
-def _sse(rec: Recorder, first, replies, outcome: Outcome, fmt: str):
+def _sse(run: RequestRun, deltas: Deltas, fmt: str):
     encode = _encoder(fmt)
     response_format = "pcm" if fmt == "pcm16" else fmt
 
@@ -163,25 +161,24 @@ def _sse(rec: Recorder, first, replies, outcome: Outcome, fmt: str):
                       "speech.audio.delta")]  # fmt: skip
 
     async def on_complete(artifacts) -> list[bytes]:
-        output_tokens = outcome.stage_tokens([s.name for s in rec.served.pipeline.stages if s.output == "audio"])
-        input_tokens = outcome.prompt_token_count
+        counted = run.usage()
         usage = {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "total_tokens": input_tokens + output_tokens,
-            "audio_seconds": round(outcome.audio_seconds, 4),
-            "sample_rate": outcome.sample_rate,
+            "input_tokens": counted.prompt_tokens,
+            "output_tokens": counted.audio_tokens,
+            "total_tokens": counted.prompt_tokens + counted.audio_tokens,
+            "audio_seconds": round(counted.audio_seconds, 4),
+            "sample_rate": counted.sample_rate,
         }
         return [event({"type": "speech.audio.done", "usage": usage}, "speech.audio.done")]
 
     def on_error(error: ApiError) -> list[bytes]:
         return [event({"type": "speech.audio.error", **error.body()}, "speech.audio.error")]
 
-    return relay(rec, first, replies, outcome, on_delta=on_delta, on_complete=on_complete, on_error=on_error,
-                 complete_options={"audio_format": fmt})  # fmt: skip
+    return run.events(deltas, on_delta=on_delta, on_complete=on_complete, on_error=on_error,
+                      complete_options={"audio_format": fmt})  # fmt: skip
 
 
-def _raw(rec: Recorder, first, replies, outcome: Outcome, fmt: str):
+def _raw(run: RequestRun, deltas: Deltas, fmt: str):
     encode = _encoder(fmt)
 
     def on_delta(delta: Delta) -> list[bytes]:
@@ -194,5 +191,5 @@ def _raw(rec: Recorder, first, replies, outcome: Outcome, fmt: str):
     def on_error(error: ApiError) -> list[bytes]:
         return []  # the status is already sent; the truncated body and the history row tell
 
-    return relay(rec, first, replies, outcome, on_delta=on_delta, on_complete=on_complete, on_error=on_error,
-                 complete_options={"audio_format": fmt})  # fmt: skip
+    return run.events(deltas, on_delta=on_delta, on_complete=on_complete, on_error=on_error,
+                      complete_options={"audio_format": fmt})  # fmt: skip

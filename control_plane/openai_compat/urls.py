@@ -3,6 +3,7 @@ OpenAI-shaped 404."""
 
 from django.urls import include, path, re_path
 
+from control_plane.inference.errors import ApiError, openai_endpoint
 from control_plane.openai_compat import (
     chat,
     completions,
@@ -13,7 +14,6 @@ from control_plane.openai_compat import (
     speech,
     videos,
 )
-from control_plane.openai_compat.errors import ApiError, openai_endpoint
 
 
 @openai_endpoint("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")

@@ -4,11 +4,14 @@ Why here and not in a separate worker: a job is an ordinary request through the 
 path (the GPU work happens on the replicas); what remains is waiting on an output stream,
 which an asyncio task does for free. What makes it survive a restart is the row:
 
-- `POST /v1/videos` writes the row (queued) with a lease and starts `run_job` in this process;
+- `POST /v1/videos` writes the row (queued) with a lease and starts `run_job` in this process
+  (the row is written at once, not by the history writer: the lease lives in it);
 - the runner renews the lease (`LEASE_S`) while it waits, and writes progress as it arrives;
 - whenever any process answers a /v1/videos call it first `recover_jobs()`: a queued or
   running job whose lease ran out (its process died) is claimed by an atomic UPDATE (one
   winner) and started again from the beginning (the old serving request is gone with it);
+  history still pending for such a row is written first, so a job that ended while the
+  history writer lagged is not run again;
 - `DELETE` marks the row; the runner that holds it notices on its next renewal and stops,
   which cancels the request in every stage.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
 
@@ -25,12 +29,13 @@ from asgiref.sync import sync_to_async
 from django.db.models import Q
 from django.utils import timezone
 
+from control_plane.inference.errors import ApiError
+from control_plane.inference.history_log import history_catch_up
 from control_plane.inference.models import InferenceRequest, Route, Status
+from control_plane.inference.outcome import Delta
+from control_plane.inference.request_run import RequestRun
 from control_plane.inference.services import request_progress
-from control_plane.openai_compat.access import Caller, Served
-from control_plane.openai_compat.errors import ApiError
-from control_plane.openai_compat.outcome import Delta, Outcome
-from control_plane.openai_compat.session import Recorder, StageFailed, drain, start
+from control_plane.inference.targets import Caller, Served
 from stages.config import load_pipeline_config
 from stages.protocol import StageRequest
 
@@ -60,15 +65,22 @@ def _renew(row_id) -> bool:
     )
 
 
-def _claim_expired() -> list[InferenceRequest]:
+def _expired():
     now = timezone.now()
-    stale = InferenceRequest.objects.filter(
+    return InferenceRequest.objects.filter(
         route=Route.VIDEOS,
         status__in=(Status.QUEUED, Status.RUNNING),
         deleted_at__isnull=True,
     ).filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+
+
+def _claim_expired() -> list[InferenceRequest]:
+    candidates = list(_expired().values_list("request_id", flat=True)[:20])
+    if not candidates:
+        return []
+    history_catch_up(candidates)  # a job that ended while the writer lagged is final, not expired
     claimed = []
-    for row in stale.select_related("deployment__pipeline", "user", "api_key")[:20]:
+    for row in _expired().select_related("deployment__pipeline", "user", "api_key")[:20]:
         won = InferenceRequest.objects.filter(pk=row.pk, lease_expires_at=row.lease_expires_at).update(
             lease_expires_at=lease_until(), status=Status.QUEUED
         )
@@ -82,29 +94,27 @@ async def recover_jobs() -> None:
     for row in await sync_to_async(_claim_expired)():
         if row.request_id in _running:
             continue
+        run = run_for(row)
         if row.attempts >= MAX_ATTEMPTS or row.deployment is None:
-            rec = recorder_for(row)
             reason = "the job was interrupted too many times" if row.deployment else "its deployment was deleted"
-            await rec.fail(ApiError(503, f"Video generation failed: {reason}.", code="job_interrupted"))
+            await run.fail(ApiError(503, f"Video generation failed: {reason}.", code="job_interrupted"))
             continue
         log.info("resuming video job %s (attempt %d)", row.request_id, row.attempts + 1)
-        launch(row)
+        launch(run)
 
 
-def recorder_for(row: InferenceRequest) -> Recorder:
+def run_for(row: InferenceRequest) -> RequestRun:
     served = None
     if row.deployment is not None:
         served = Served(row.deployment, load_pipeline_config(row.deployment.pipeline.config))
-    rec = Recorder(route=Route.VIDEOS, request_id=row.request_id, caller=Caller(row.user, row.api_key))
-    rec.served, rec.row, rec.inputs, rec.parameters = served, row, row.inputs, row.parameters
-    rec.modalities = ["video"]
-    return rec
+    return RequestRun.resume(row, Caller(row.user, row.api_key), served)
 
 
-def launch(row: InferenceRequest, rec: Recorder | None = None) -> None:
-    task = asyncio.get_running_loop().create_task(run_job(rec or recorder_for(row)), name=f"video {row.request_id}")
-    _running[row.request_id] = task
-    task.add_done_callback(lambda _: _running.pop(row.request_id, None))
+def launch(run: RequestRun) -> None:
+    request_id = run.request_id
+    task = asyncio.get_running_loop().create_task(run_job(run), name=f"video {request_id}")
+    _running[request_id] = task
+    task.add_done_callback(lambda _: _running.pop(request_id, None))
 
 
 def cancel_local(request_id: str) -> None:
@@ -113,20 +123,18 @@ def cancel_local(request_id: str) -> None:
         task.cancel()
 
 
-async def run_job(rec: Recorder) -> None:
-    row = rec.row
+async def run_job(run: RequestRun) -> None:
+    row = run.row
     params = dict(row.parameters.get("stage_params", {}))
     prompt = row.inputs.get("prompt", "")
     text_input = (
         {"messages": [{"role": "user", "content": prompt}]}
-        if rec.served.pipeline.needs_chat_template
+        if run.served.pipeline.needs_chat_template
         else {"prompt": prompt}
     )
-    attempt = row.attempts + 1
     request = StageRequest(
-        request_id=f"{row.request_id}-a{attempt}", params=params, arrival_time=time.time(), **text_input
+        request_id=f"{row.request_id}-a{row.attempts + 1}", params=params, arrival_time=time.time(), **text_input
     )
-    outcome = Outcome()
     last_write = [0.0]
 
     async def on_delta(delta: Delta) -> None:
@@ -142,19 +150,21 @@ async def run_job(rec: Recorder) -> None:
 
     renewer = asyncio.get_running_loop().create_task(_keep_lease(row.pk, asyncio.current_task()))
     try:
-        row.started_at = None  # a resumed job starts over
-        first, replies = await start(rec, request, idle_timeout=JOB_IDLE_TIMEOUT_S)
-        await drain(rec, first, replies, outcome, on_delta=on_delta)
-        if not any(m.kind == "video" for m in outcome.media):
+        deltas = await run.submit(request, idle_timeout=JOB_IDLE_TIMEOUT_S)
+        async with aclosing(deltas):
+            async for delta in deltas:
+                await on_delta(delta)
+        if not any(m.kind == "video" for m in run.outcome.media):
             raise ApiError(500, "The model produced no video.", code="no_video")
-        await rec.complete(outcome)
-    except StageFailed as failed:
-        await rec.fail(failed.api_error, outcome)
+        await run.complete()
+    except ApiError as failed:
+        await run.fail(failed)
     except (JobGone, asyncio.CancelledError):
-        await asyncio.shield(rec.cancelled(outcome, "the video job was deleted"))
+        run.stopping("the video job was deleted", "deleted")
+        await asyncio.shield(run.cancel())
     except Exception as error:  # noqa: BLE001 - a job never dies silently
         log.exception("video job %s failed", row.request_id)
-        await rec.fail(error if isinstance(error, ApiError) else ApiError(500, str(error), code="job_failed"), outcome)
+        await run.fail(ApiError(500, str(error), code="job_failed"))
     finally:
         renewer.cancel()
 

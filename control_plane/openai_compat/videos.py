@@ -14,14 +14,16 @@ from django.http import FileResponse, JsonResponse
 from django.utils import timezone
 
 from control_plane.accounts.permissions import deployment_allow_list, is_admin
+from control_plane.inference.errors import ApiError, openai_endpoint
 from control_plane.inference.models import InferenceRequest, Route, Status
 from control_plane.inference.queries import visible_requests
+from control_plane.inference.request_run import RequestRun
 from control_plane.inference.services import request_close
+from control_plane.inference.targets import Caller, served_deployment
 from control_plane.openai_compat import video_jobs
-from control_plane.openai_compat.access import Caller, authenticate, served_deployment
+from control_plane.openai_compat.access import authenticate
 from control_plane.openai_compat.bodies import convert, read_form, read_json
-from control_plane.openai_compat.errors import ApiError, openai_endpoint
-from control_plane.openai_compat.session import Recorder, served_view
+from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 
 STATUS = {Status.QUEUED: "queued", Status.RUNNING: "in_progress", Status.COMPLETED: "completed"}
@@ -94,23 +96,21 @@ async def _create_body(request) -> VideoRequest:
 
 
 @served_view(Route.VIDEOS, "POST")
-async def _create(request, rec: Recorder):
+async def _create(request, run: RequestRun):
     await video_jobs.recover_jobs()
     body = await _create_body(request)
-    rec.inputs = {"model": body.model}
+    run.inputs = {"model": body.model}
     params = stage_params(body)
-    served = await served_deployment(rec.caller, body.model, check=require_video)
-    rec.served = served
+    served = await served_deployment(run.caller, body.model, check=require_video)
+    run.served = served
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
     parameters["stage_params"] = params
     parameters.setdefault("fps", body.fps or DEFAULT_FPS)
-    await rec.open(
-        served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["video"], status=Status.QUEUED
-    )
-    rec.row.lease_expires_at = video_jobs.lease_until()
-    await sync_to_async(rec.row.save)(update_fields=["lease_expires_at"])
-    video_jobs.launch(rec.row, rec)
-    return JsonResponse(video_object(rec.row))
+    # the row is the job: it is in the database (with its lease) before the job starts
+    await run.open(served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["video"],
+                   status=Status.QUEUED, lease_expires_at=video_jobs.lease_until().timestamp(), durable=True)  # fmt: skip
+    video_jobs.launch(run)
+    return JsonResponse(video_object(run.row))
 
 
 def video_object(row: InferenceRequest, artifact=None) -> dict[str, Any]:

@@ -14,19 +14,17 @@ import time
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from control_plane.accounts.permissions import AccessDenied
 from control_plane.accounts.quota import QuotaExceeded, QuotaUnavailable
-from control_plane.openai_compat.access import Caller, served_deployment
-from control_plane.openai_compat.errors import ApiError
-from control_plane.realtime import recording
+from control_plane.inference.errors import ApiError
+from control_plane.inference.targets import Caller, served_deployment
 from control_plane.realtime.auth import authenticate
 from control_plane.realtime.events import ProtocolError, error_event, server_event
 from control_plane.realtime.session import RealtimeSession
-from control_plane.realtime.session_quota import SessionQuota
+from control_plane.realtime.session_quota import SessionQuota, session_close
 from control_plane.redis_client import get_async_redis
 
 log = logging.getLogger(__name__)
@@ -175,9 +173,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         session = self.session
         if session is not None:
             await session.close()
-            await database_sync_to_async(recording.session_close)(
-                principal=session.principal, session_id=session.config.id, deployment=session.deployment.name,
-                quota=session.quota,
-            )  # fmt: skip
+            await session_close(self.redis, principal=session.principal, session_id=session.config.id,
+                                deployment=session.deployment.name, quota=session.quota)  # fmt: skip
         if self.redis is not None:
             await self.redis.aclose()

@@ -22,8 +22,9 @@ from control_plane.realtime.events import ProtocolError, new_id
 from control_plane.realtime.resampling import resample
 from control_plane.realtime.session_config import MODEL_INPUT_RATE
 
-# pipelines whose first stage reads text only: a user's audio reaches them as a short note
-TEXT_ONLY_FAMILIES = frozenset({"echo"})
+# pipelines whose first stage reads text only: a user's message reaches them as plain text (the
+# chat templates of text models need not know content parts), a user's audio as a short note
+TEXT_ONLY_FAMILIES = frozenset({"echo", "llm"})
 
 
 def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
@@ -142,6 +143,8 @@ def _message(item: Item, family: str) -> dict | None:
             parts.append({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
     if not parts:
         return None
+    if family in TEXT_ONLY_FAMILIES:
+        return {"role": item.role, "content": "\n".join(part["text"] for part in parts)}
     return {"role": item.role, "content": parts}
 
 

@@ -1,12 +1,15 @@
-"""One response: the pipeline's outputs turned into the protocol's response events.
+"""One response: a request run (control_plane/inference/request_run.py) rendered as the
+protocol's response events.
 
-    run = ResponseRun(...); task = asyncio.create_task(run.run())
-    run.cancel("turn_detected")      # barge-in or response.cancel
+    response = ResponseRun(...); response.start()
+    response.cancel("turn_detected")      # barge-in or response.cancel
 
 Text deltas of the thinker become `response.output_audio_transcript.delta` (audio
 responses) or `response.output_text.delta` (text responses); audio chunks of the last
 stage, resampled from the model's rate to the client's format, `response.output_audio.delta`.
-Cancelling leaves the serving loop, which cancels the request in every stage.
+Cancelling leaves the serving loop, which cancels the request in every stage. The run
+records the response (route `realtime`, with the user's audio of the turn and the audio
+sent back as artifacts) and charges it to the session's quota.
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import numpy as np
-from channels.db import database_sync_to_async
 
-from control_plane.openai_compat.payloads import audio_samples, resolve
-from control_plane.orchestrator.serving import ServingUnavailable, serve
-from control_plane.realtime import recording
+from control_plane.inference.errors import ApiError
+from control_plane.inference.models import Route
+from control_plane.inference.outcome import Delta
+from control_plane.inference.request_run import RequestRun
+from control_plane.inference.targets import Caller, Served
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
 from control_plane.realtime.resampling import StreamResampler
 from control_plane.realtime.sampling import entry_sampling, later_sampling
+from control_plane.realtime.session_quota import ResponseCharge
 from stages.protocol import StageRequest
 
 log = logging.getLogger(__name__)
@@ -70,11 +75,12 @@ class ResponseRun:
         self.resampler: StreamResampler | None = None
         self.model_rate: int | None = None
         self.first_audio_s: float | None = None
-        self.summary = None
-        self.error = None
-        self.row = None
-        self.row_opening: asyncio.Future | None = None
-        self.prompt_tokens: int | None = None
+        self.failure: ApiError | None = None
+        principal = session.principal
+        self.request = RequestRun(route=Route.REALTIME, request_id=self.id, caller=Caller(principal.user,
+                                  principal.api_key), charge=ResponseCharge(session.quota))  # fmt: skip
+        if spec.audio_in is not None:
+            self.request.audio_in = (spec.audio_in, spec.audio_in_rate)
 
     @property
     def part(self) -> Part:
@@ -87,6 +93,7 @@ class ResponseRun:
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
             self.cancel_reason = reason
+            self.request.stopping(f"the response was cancelled ({reason})", reason)
             if self.task is not None and not self.task.done():
                 self.task.cancel()
 
@@ -123,30 +130,39 @@ class ResponseRun:
             await self.send(server_event("conversation.item.added", previous_item_id=previous, item=self.item.ga()))
         await self.send(server_event("response.content_part.added", **self._ids(), part=self.part.ga()))
 
-    async def _text(self, text: str) -> None:
+    def _delta_events(self, delta: Delta) -> list[dict]:
+        events = []
+        if delta.text:
+            events.append(self._text(delta.text))
+        if delta.audio is not None:
+            events += self._audio(delta.audio, delta.sample_rate or 24000)
+        return events
+
+    def _text(self, text: str) -> dict:
         self.text_parts.append(text)
         kind = "response.output_audio_transcript.delta" if self.audio else "response.output_text.delta"
         if self.audio:
             self.part.transcript = "".join(self.text_parts)
         else:
             self.part.text = "".join(self.text_parts)
-        await self.send(server_event(kind, **self._ids(), delta=text))
+        return server_event(kind, **self._ids(), delta=text)
 
-    async def _audio(self, samples: np.ndarray, rate: int) -> None:
+    def _audio(self, samples: np.ndarray, rate: int) -> list[dict]:
         if not self.audio or samples.size == 0:
-            return
+            return []
         if self.resampler is None or self.model_rate != rate:
             self.model_rate = rate
             self.session.config.model_output_rate = rate
             self.resampler = StreamResampler(rate, self.spec.output_format.rate)
         converted = self.resampler.process(samples)
         if converted.size == 0:
-            return
+            return []
         self.audio_chunks.append(converted)
         if self.first_audio_s is None:
             self.first_audio_s = time.monotonic() - self.spec.turn_started
+            self.request.metrics["ttfp_s"] = round(self.first_audio_s, 4)
         delta = base64.b64encode(self.spec.output_format.encode(converted)).decode()
-        await self.send(server_event("response.output_audio.delta", **self._ids(), delta=delta))
+        return [server_event("response.output_audio.delta", **self._ids(), delta=delta)]
 
     async def _close(self, status: str, status_details: dict | None) -> None:
         self.item.status = "completed" if status == "completed" else "incomplete"
@@ -170,15 +186,9 @@ class ResponseRun:
     # ------------------------------------------------------------------ accounting
 
     def usage(self) -> dict:
-        usage = self.summary.usage if self.summary else {}
-        prompt = int(usage.get("prompt_tokens", self.prompt_tokens or 0))
-        text_out = int(usage.get("completion_tokens", len(self.text_parts)))
-        entry = self.session.pipeline.entry_stage.name
-        audio_out = sum(
-            int(value)
-            for key, value in usage.items()
-            if key.startswith("stage.") and key.endswith(".output_tokens") and key != f"stage.{entry}.output_tokens"
-        )
+        """The protocol's usage object: audio tokens (the talker's codes) count as output tokens."""
+        usage = self.request.usage()
+        prompt, text_out, audio_out = usage.prompt_tokens, usage.completion_tokens, usage.audio_tokens
         return {
             "total_tokens": prompt + text_out + audio_out,
             "input_tokens": prompt,
@@ -187,24 +197,12 @@ class ResponseRun:
             "output_token_details": {"text_tokens": text_out, "audio_tokens": audio_out},
         }
 
-    @property
-    def audio_out_seconds(self) -> float:
-        return sum(chunk.size for chunk in self.audio_chunks) / self.spec.output_format.rate
-
     def metrics(self) -> dict:
-        metrics = dict(self.summary.metrics) if self.summary else {}
+        metrics = self.request.outcome.metrics
         if self.first_audio_s is not None:
             metrics["model_ttfp_s"] = metrics.get("ttfp_s", self.first_audio_s)
             metrics["ttfp_s"] = round(self.first_audio_s, 4)
         return metrics
-
-    def history_usage(self, usage: dict) -> dict:
-        history = {"text": {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"]}}
-        if self.audio_chunks:
-            history["audio"] = {"seconds": round(self.audio_out_seconds, 4), "sample_rate": self.part.rate}
-        if self.spec.audio_in is not None:
-            history["audio_in"] = {"seconds": round(self.spec.audio_in.size / self.spec.audio_in_rate, 4)}
-        return history
 
     # ------------------------------------------------------------------ running
 
@@ -220,90 +218,58 @@ class ResponseRun:
         status, details = "completed", None
         try:
             await self._open()
-            self.row_opening = asyncio.ensure_future(self._open_row())  # off the path to the first audio
-            status, details = await self._serve()
+            await self._serve()
+            if self.failure is not None:
+                status, details = "failed", _failure_details(self.failure)
         except asyncio.CancelledError:
             status, details = "cancelled", {"type": "cancelled", "reason": self.cancel_reason or "client_cancelled"}
+            await asyncio.shield(self.request.cancel())  # cancelled before its outputs streamed
         except Exception as crash:  # noqa: BLE001 - a bug ends this response, never the session
             log.exception("realtime response %s crashed", self.id)
-            status = "failed"
-            details = {"type": "failed", "error": {"type": "server_error", "code": "internal_error",
-                                                   "message": f"{type(crash).__name__}: {crash}"}}  # fmt: skip
+            status, details = "failed", _failure_details(await self.request.fail(crash))
         await asyncio.shield(self._finish(status, details))
 
-    async def _open_row(self):
-        return await database_sync_to_async(recording.response_open)(
-            principal=self.session.principal,
-            deployment=self.session.deployment,
-            response_id=self.id,
-            session_id=self.session.config.id,
-            inputs={"messages": _summarised(self.spec.messages)},
+    async def _serve(self) -> None:
+        session = self.session
+        await self.request.open(
+            Served(session.deployment, session.pipeline),
+            inputs={"session_id": session.config.id, "messages": _summarised(self.spec.messages)},
             parameters={"output_modalities": self.spec.modalities, "voice": self.spec.voice,
                         "max_output_tokens": self.spec.max_output_tokens},
+            modalities=self.spec.modalities,
+            stream=True,
         )  # fmt: skip
-
-    async def _serve(self) -> tuple[str, dict | None]:
-        session = self.session
-        client = session.redis
         later = later_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens)
         try:
-            async with aclosing(serve(str(session.deployment.id), self.stage_request(), later,
-                                      idle_timeout_s=IDLE_TIMEOUT_S, client=client)) as messages:  # fmt: skip
-                async for message in messages:
-                    if message.kind == "output":
-                        output = message.output
-                        if "num_prompt_tokens" in output.metrics and self.prompt_tokens is None:
-                            self.prompt_tokens = int(output.metrics["num_prompt_tokens"])
-                        if output.text:
-                            await self._text(output.text)
-                        if "audio" in output.payloads:
-                            samples = audio_samples(await resolve(output.payloads["audio"], client))
-                            await self._audio(samples, int(output.params.get("sample_rate") or 24000))
-                    elif message.kind == "complete":
-                        self.summary = message.summary
-                        return "completed", None
-                    elif message.kind == "fail":
-                        self.summary = message.summary
-                        self.error = message.error
-                        error = message.error
-                        kind = (
-                            "invalid_request_error"
-                            if error and error.type == "invalid_request_error"
-                            else "server_error"
-                        )
-                        return "failed", {"type": "failed", "error": {"type": kind, "code": error.code if error else None,
-                                                                      "message": error.message if error else "failed"}}  # fmt: skip
-        except ServingUnavailable as unavailable:
-            return "failed", {"type": "failed", "error": {"type": "server_error", "code": "service_unavailable",
-                                                          "message": str(unavailable)}}  # fmt: skip
-        return "failed", {"type": "failed", "error": {"type": "server_error", "message": "the request ended early"}}
+            deltas = await self.request.submit(self.stage_request(), later, idle_timeout=IDLE_TIMEOUT_S)
+        except ApiError as refused:
+            self.failure = await self.request.fail(refused)
+            return
+        events = self.request.events(deltas, on_delta=self._delta_events, on_complete=_nothing,
+                                     on_error=self._failed)  # fmt: skip
+        async with aclosing(events):
+            async for event in events:
+                await self.send(event)
+
+    def _failed(self, error: ApiError) -> list:
+        self.failure = error
+        return []
 
     async def _finish(self, status: str, details: dict | None) -> None:
         try:
             await self._close(status, details)
-        except Exception:  # the socket may be gone; the history below still gets written
+        except Exception:  # the socket may be gone
             log.info("could not send the end of response %s", self.id)
-        usage = self.usage()
-        self.session.quota.text_tokens += usage["total_tokens"]
-        self.session.quota.audio_seconds_out += self.audio_out_seconds
-        if self.row_opening is not None:
-            try:
-                self.row = await self.row_opening  # a row once opened is always closed
-            except Exception:
-                log.exception("could not open the history row of %s", self.id)
-        if self.row is not None:
-            error = details.get("error") if details and status == "failed" else None
-            audio_in = (self.spec.audio_in, self.spec.audio_in_rate) if self.spec.audio_in is not None else None
-            audio_out = (np.concatenate(self.audio_chunks), self.part.rate) if self.audio_chunks else None
-            try:
-                await database_sync_to_async(recording.response_close)(
-                    self.row, principal=self.session.principal, status=status, output_text="".join(self.text_parts),
-                    usage=self.history_usage(usage), metrics=self.metrics(), audio_in=audio_in, audio_out=audio_out,
-                    error=error,
-                )  # fmt: skip
-            except Exception:
-                log.exception("could not record realtime response %s", self.id)
         await self.session.response_finished(self)
+
+
+async def _nothing(artifacts) -> list:
+    return []
+
+
+def _failure_details(error: ApiError) -> dict:
+    kind = "invalid_request_error" if error.type == "invalid_request_error" else "server_error"
+    return {"type": "failed", "error": {"type": kind, "code": error.code, "message": error.message}}
 
 
 def _summarised(messages: list[dict]) -> list[dict]:

@@ -14,10 +14,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 import numpy as np
-from channels.db import database_sync_to_async
 from django.conf import settings
 
-from control_plane.realtime import recording
+from control_plane.inference.history_events import ParametersAdded
+from control_plane.inference.history_log import history_append
 from control_plane.realtime.conversation import (
     Conversation,
     Item,
@@ -272,8 +272,10 @@ class RealtimeSession:
             part.samples = part.samples[: end_ms * part.rate // 1000]
         part.transcript = heard
         part.audio_ms = end_ms
-        if item.response_id:
-            await database_sync_to_async(recording.response_truncated)(item.response_id, end_ms, heard)
+        if item.response_id:  # what the user heard of the response, in its history row
+            heard_parameters = {"heard_audio_ms": end_ms, "heard_transcript": heard}
+            await history_append(self.redis, item.response_id, getattr(self.principal.user, "pk", None),
+                                 [ParametersAdded(request_id=item.response_id, parameters=heard_parameters)])  # fmt: skip
         await self.send(server_event("conversation.item.truncated", item_id=item.id, content_index=index,
                                      audio_end_ms=end_ms))  # fmt: skip
 

@@ -14,9 +14,10 @@ import time
 
 from django.http import JsonResponse
 
-from control_plane.openai_compat.access import authenticate, served_deployment
+from control_plane.inference.errors import ApiError, openai_endpoint
+from control_plane.inference.targets import served_deployment
+from control_plane.openai_compat.access import authenticate
 from control_plane.openai_compat.bodies import read_json
-from control_plane.openai_compat.errors import ApiError, openai_endpoint
 from control_plane.realtime.client_secrets import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, client_secret_mint
 from control_plane.realtime.events import ProtocolError, new_id
 from control_plane.realtime.session_config import SessionConfig

@@ -1,6 +1,6 @@
 """Start the embedded platform: Redis (unless REDIS_URL is set), a worker pool, the
-orchestrator and the web tier (OMNISTAGE_WEB_PROCESSES daphne processes on one port), and stop
-them all on Ctrl-C or SIGTERM."""
+orchestrator, the history writer and the web tier (OMNISTAGE_WEB_PROCESSES daphne processes on
+one port), and stop them all on Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from control_plane.inference.redis_names import history_writer_heartbeat_pattern
 from control_plane.system.supervisor import Component, StartupError, Supervisor
 from control_plane.system.web_tier import listening_socket, web_components
 from stages import streams
@@ -59,6 +60,7 @@ class Command(BaseCommand):
             if not options["no_worker"]:
                 supervisor.start(self._worker(options["pools"], options["concurrency"], env))
             supervisor.start(self._orchestrator(env))
+            supervisor.start(self._history_writer(env))
             supervisor.start_group(
                 web_components(web_socket, options["web_processes"], env=env, access_log=settings.WEB_ACCESS_LOG)
             )
@@ -108,6 +110,10 @@ class Command(BaseCommand):
         argv = [sys.executable, "manage.py", "orchestrator"]
         pattern = streams.orchestrator_heartbeat_pattern()
         return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env)
+
+    def _history_writer(self, env: dict[str, str]) -> Component:
+        argv = [sys.executable, "manage.py", "history_writer"]
+        return Component("history", argv, ready=lambda: _any_key(history_writer_heartbeat_pattern()), env=env)
 
 
 def _any_key(pattern: str) -> bool:

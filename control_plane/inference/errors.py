@@ -1,8 +1,14 @@
-"""OpenAI-shaped errors for /v1, and the decorator every /v1 view wears.
+"""Errors in OpenAI's shape, for every interface that serves requests:
 
-`ApiError` is raised anywhere in a view; `openai_endpoint` turns it (and access denials,
-quota refusals, unexpected crashes) into `{"error": {"message", "type", "param", "code"}}`
-with the right status and headers. Nothing under /v1 answers Django's HTML pages.
+    {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+
+`ApiError` is what a request run records in its history row and what the interfaces render:
+the /v1 views as a JSON response (`openai_endpoint` wraps them), realtime as an `error`
+event or a failed response, the console as a field error. `as_api_error` turns every other
+failure (access denials, quota refusals, an unavailable serving path, a stage's error, a
+crash) into one. OpenAI's clients turn the status into an exception class (401
+AuthenticationError, 403 PermissionDeniedError, 429 RateLimitError) and honour
+Retry-After / retry-after-ms.
 """
 
 from __future__ import annotations
@@ -12,14 +18,9 @@ import logging
 
 from django.http import HttpResponseBase, JsonResponse
 
-from control_plane.accounts.openai_errors import (
-    access_denied_response,
-    openai_error_response,
-    quota_exceeded_response,
-    quota_unavailable_response,
-)
 from control_plane.accounts.permissions import AccessDenied
 from control_plane.accounts.quota import QuotaExceeded, QuotaUnavailable
+from control_plane.orchestrator.serving import ServingUnavailable
 from stages.protocol import StageError
 
 log = logging.getLogger(__name__)
@@ -68,9 +69,10 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self) -> JsonResponse:
-        return openai_error_response(
-            self.status, self.message, type=self.type, code=self.code, param=self.param, headers=self.headers
-        )
+        response = JsonResponse(self.body(), status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
 
 
 def stage_error_to_api(error: StageError) -> ApiError:
@@ -89,20 +91,49 @@ def stage_error_to_api(error: StageError) -> ApiError:
     return ApiError(500, error.message, code=error.code or "engine_error", type="server_error")
 
 
-def error_response(error: Exception) -> HttpResponseBase:
+def access_denied_error(denied: AccessDenied) -> ApiError:
+    if denied.status == 401:
+        return ApiError(401, denied.message, type="invalid_request_error", code=denied.code,
+                        headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+    return ApiError(403, denied.message, type="permission_error", code=denied.code)
+
+
+def quota_exceeded_error(exceeded: QuotaExceeded) -> ApiError:
+    """429 with Retry-After, retry-after-ms and the x-ratelimit-* headers."""
+    return ApiError(429, exceeded.message, type=exceeded.error_type, code="rate_limit_exceeded",
+                    headers=exceeded.headers)  # fmt: skip
+
+
+def quota_unavailable_error() -> ApiError:
+    return ApiError(503, "Quota service temporarily unavailable; please retry.", type="server_error",
+                    code="service_unavailable", headers={"Retry-After": "1"})  # fmt: skip
+
+
+def as_api_error(error: BaseException) -> ApiError:
+    """Any failure of a request as the error its client sees (a crash: a 500 naming its class)."""
     if isinstance(error, ApiError):
-        return error.response()
+        return error
     if isinstance(error, AccessDenied):
-        return access_denied_response(error)
+        return access_denied_error(error)
     if isinstance(error, QuotaExceeded):
-        return quota_exceeded_response(error)
+        return quota_exceeded_error(error)
     if isinstance(error, QuotaUnavailable):
-        return quota_unavailable_response()
+        return quota_unavailable_error()
+    if isinstance(error, ServingUnavailable):
+        return ApiError(503, str(error), code="service_unavailable", headers={"Retry-After": "2"})
+    if isinstance(error, StageError):
+        return stage_error_to_api(error)
+    return ApiError(500, f"{type(error).__name__}: {error}", code="internal_error")
+
+
+KNOWN_ERRORS = (ApiError, AccessDenied, QuotaExceeded, QuotaUnavailable, ServingUnavailable)
+
+
+def error_response(error: Exception) -> HttpResponseBase:
+    if isinstance(error, KNOWN_ERRORS):
+        return as_api_error(error).response()
     log.exception("unhandled error in a /v1 view", exc_info=error)
-    return openai_error_response(500, "The server had an error while processing your request.", type="server_error")
-
-
-KNOWN_ERRORS = (ApiError, AccessDenied, QuotaExceeded, QuotaUnavailable)
+    return ApiError(500, "The server had an error while processing your request.", type="server_error").response()
 
 
 def openai_endpoint(*methods: str):
