@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from console.media import wav_bytes
+import numpy as np
+
 from control_plane.inference import services
+from control_plane.inference.audio_encoding import encode_audio
 
 SCRIPT = '<script>alert("owned")</script><img src=x onerror=alert(1)>'
 
@@ -26,9 +28,10 @@ def history_row(
         inputs={"prompt": prompt},
         parameters={"max_tokens": 8},
         modalities=["text", "audio"],
+        status="running",
     )
-    services.request_started(row)
-    services.artifact_add(row, kind="audio", data=wav_bytes(b"\0" * 400, 16000), mime_type="audio/wav", extension="wav")
+    silence = encode_audio(np.zeros(100, np.float32), 16000, "wav")
+    services.artifact_add(row, kind="audio", data=silence, mime_type="audio/wav", extension="wav")
     if status == "completed":
         services.request_close(
             row, status=status, output_text=output, summary_metrics=metrics or {"e2el_s": 0.2, "ttft_s": 0.05}

@@ -1,11 +1,12 @@
 """A live platform for the console tests: a private redis-server, a Celery worker, the
-orchestrator and daphne (the runtime tests' Stack pattern)."""
+orchestrator, the history writer and daphne (the runtime tests' Stack pattern)."""
 
 from __future__ import annotations
 
 import time
 
 import httpx
+from history_testing import HISTORY_WRITER, history_written
 from procs import PYTHON, Proc, RedisServer, free_port, wait_for
 
 
@@ -22,6 +23,7 @@ class ConsoleStack:
             self._proc("worker", [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1",
                                   "-n", "console@%h", "--without-mingle", "--without-gossip", "-l", "WARNING"]),
             self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"]),
+            self._proc("history", HISTORY_WRITER),
             self._proc("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                                "control_plane.asgi:application"]),
         ]  # fmt: skip
@@ -29,6 +31,9 @@ class ConsoleStack:
 
     def _proc(self, name: str, argv: list[str]) -> Proc:
         return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+
+    def history_written(self) -> None:
+        history_written(self.redis.url)
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in self.tmp.glob("*.log"))

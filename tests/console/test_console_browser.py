@@ -247,6 +247,7 @@ def speak(page, base: str) -> None:
 def dashboard_agrees_with_the_history(live, stack) -> None:
     """The dashboard tab opened at the start shows, without a reload, numbers that match the
     requests made (it refreshes every 2 s: wait for a refresh that came after the last one ended)."""
+    stack.history_written()
     for name, made in (("omni", 2), ("img", 1)):  # omni: the chat and the speech; img: the image
         rows = list(InferenceRequest.objects.filter(deployment_name=name))
         assert len(rows) == made and all(row.finished_at is not None for row in rows)
@@ -373,6 +374,7 @@ def test_video_jobs_queue_show_progress_and_play(console_stack, root, tiny_video
     assert len([s for s in widths[first_queued.get_attribute("data-ref")] if 0 < s["width"] < 100]) >= 2
     shot(page, "15-video")
     cancel_a_running_job(page)
+    console_stack.history_written()
     assert InferenceRequest.objects.filter(route="videos", status="completed").count() == 2
     wait_for(lambda: InferenceRequest.objects.filter(route="videos", status="cancelled").count() == 1,
              timeout=30, what="the stopped job recorded as cancelled")  # fmt: skip

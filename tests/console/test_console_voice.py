@@ -128,6 +128,7 @@ def test_a_spoken_turn_and_a_barge_in_in_the_voice_playground(console_stack, roo
     page.click("#voice-stop")
     page.wait_for_selector("#voice-status[data-voice-state='idle']")
     assert page.is_enabled("#voice-start")
+    console_stack.history_written()
     responses = InferenceRequest.objects.filter(route="realtime", deployment_name="voice")
     assert responses.filter(status="completed").exists()
     heard = [row.parameters.get("heard_audio_ms") for row in responses.filter(status="cancelled")]

@@ -12,7 +12,6 @@ from accounts_helpers import bearer
 from django.db import connections
 
 from control_plane.accounts.models import Quota, UsageRecord
-from control_plane.accounts.openai_errors import quota_exceeded_response, quota_unavailable_response
 from control_plane.accounts.queries import quota_status
 from control_plane.accounts.quota import (
     QuotaExceeded,
@@ -24,6 +23,7 @@ from control_plane.accounts.quota import (
     quota_settle,
 )
 from control_plane.accounts.usage import usage_record
+from control_plane.inference.errors import quota_exceeded_error, quota_unavailable_error
 
 
 def run_concurrently(attempts: int, threads: int, attempt) -> list:
@@ -253,7 +253,7 @@ def test_429_has_the_openai_error_shape_and_rate_limit_headers(make_user):
     assert admission.headers["x-ratelimit-remaining-tokens"] == "60"
     with pytest.raises(QuotaExceeded) as refused:
         quota_admit(user=user, estimate={"text_tokens": 70})
-    response = quota_exceeded_response(refused.value)
+    response = quota_exceeded_error(refused.value).response()
     assert response.status_code == 429
     body = json.loads(response.content)
     assert set(body["error"]) == {"message", "type", "param", "code"}
@@ -273,7 +273,7 @@ def test_admission_fails_closed_when_redis_is_down(make_user, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/9"
     with pytest.raises(QuotaUnavailable):
         quota_admit(user=user)
-    response = quota_unavailable_response()
+    response = quota_unavailable_error().response()
     assert response.status_code == 503 and response["Retry-After"] == "1"
 
 

@@ -13,6 +13,7 @@ import wave
 import httpx
 import numpy as np
 import pytest
+from history_testing import HISTORY_WRITER, history_written
 from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
@@ -41,6 +42,7 @@ class RealtimeStack:
              "--without-mingle", "--without-gossip", "-l", "WARNING"],
         )  # fmt: skip
         self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
+        self.procs["history"] = self._proc("history", HISTORY_WRITER)
         self.procs["web"] = self._proc(
             "web",
             [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
@@ -51,6 +53,9 @@ class RealtimeStack:
 
     def _proc(self, name: str, argv: list[str]) -> Proc:
         return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+
+    def history_written(self) -> None:
+        history_written(self.redis.url)
 
     def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
         headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}

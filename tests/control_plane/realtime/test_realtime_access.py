@@ -73,7 +73,7 @@ async def test_keys_client_secrets_origins_and_session_quotas(voice_stack, realt
                 pass
 
     async def session_recorded():
-        for _ in range(50):
+        for _ in range(300):
             record = await sync_to_async(UsageRecord.objects.filter(request_id=session_id).first)()
             if record is not None:
                 return record

@@ -67,6 +67,7 @@ async def test_alaw_in_and_out_end_to_end(voice_stack, spoken_hello):
         retrieved = (await events_until(ws, "conversation.item.retrieved"))[-1]["item"]
         user_item_alaw = base64.b64decode(retrieved["content"][0]["audio"])
 
+    await sync_to_async(voice_stack.history_written)()
     recorded = await sync_to_async(recorded_audio)(done["id"], "in")
     spoken_s = spoken_hello.size / 24000
     assert spoken_s - 0.1 < wav_duration(recorded) < spoken_s + 0.6  # the turn, with its prefix padding

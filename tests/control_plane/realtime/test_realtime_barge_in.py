@@ -99,6 +99,7 @@ async def test_speech_during_a_response_cancels_it_everywhere(realtime_stack, sp
                    audio_end_ms=60000)  # fmt: skip
         assert (await next_event(ws))["error"]["param"] == "audio_end_ms"
 
+    await sync_to_async(stack.history_written)()
     row = await sync_to_async(InferenceRequest.objects.get)(request_id=interrupted_id)
     assert row.status == "cancelled" and row.finish_reason == "cancelled"
     assert row.parameters["heard_audio_ms"] == played_ms

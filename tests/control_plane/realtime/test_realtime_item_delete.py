@@ -18,7 +18,8 @@ def user_text(item_id: str, text: str) -> dict:
 
 
 def prompt_texts(messages: list[dict]) -> list[str]:
-    return [part["text"] for message in messages for part in message["content"] if part.get("type") == "text"]
+    """The user's texts in the prompt (a text-only pipeline gets each message as plain text)."""
+    return [message["content"] for message in messages if message["role"] == "user"]
 
 
 async def test_a_deleted_item_leaves_the_conversation_and_the_prompt(voice_stack):
@@ -52,5 +53,6 @@ async def test_a_deleted_item_leaves_the_conversation_and_the_prompt(voice_stack
         await send(ws, "conversation.item.delete", event_id="again", item_id="item_drop")
         assert (await next_event(ws))["error"]["code"] == "item_not_found"
 
+    await sync_to_async(voice_stack.history_written)()
     row = await sync_to_async(InferenceRequest.objects.get)(request_id=done["id"])
     assert prompt_texts(row.inputs["messages"]) == ["kept before", "kept after"]

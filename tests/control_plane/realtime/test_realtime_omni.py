@@ -45,6 +45,7 @@ async def test_sdk_session_over_the_tiny_omni_model(realtime_stack, tiny_omni, s
     audio = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
     assert len(audio) > 0
     assert done.usage.output_token_details.audio_tokens == 30  # max_output_tokens bounds the talker's codes too
+    await sync_to_async(realtime_stack.history_written)()
     row = await sync_to_async(InferenceRequest.objects.get)(request_id=done.id)
     assert row.status == "completed" and row.ttfp_s > 0
     assert row.inputs["messages"][-1]["content"][0]["type"] == "input_audio"  # the thinker heard the user

@@ -96,6 +96,7 @@ async def test_the_first_turns_audio_is_in_the_second_turns_thinker_request(real
     assert len(first_audio) == 1 and len(second_audio) == 2
     assert second_audio[0] == first_audio[0]  # turn 1's audio, again in turn 2's prompt
     assert second_audio[1] != first_audio[0]  # and after it, the new turn's
+    await sync_to_async(realtime_stack.history_written)()
     assert second_audio[0] == await sync_to_async(recorded_audio)(first_done["id"], "in")
     assert second_audio[1] == await sync_to_async(recorded_audio)(second_done["id"], "in")
 

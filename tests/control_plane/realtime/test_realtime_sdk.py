@@ -94,6 +94,7 @@ async def test_sdk_voice_session_with_server_vad(voice_stack, spoken_hello):
             turns.append((response_id, audio))
             await until(connection, "rate_limits.updated", [])
 
+    await sync_to_async(voice_stack.history_written)()
     for response_id, audio in turns:
         # 4 word pieces answered by 10 ms tones at 16 kHz, resampled to 24 kHz 16-bit
         assert abs(len(audio) // 2 - 4 * 240) <= 4

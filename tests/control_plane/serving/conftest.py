@@ -8,6 +8,7 @@ import time
 
 import httpx
 import pytest
+from history_testing import HISTORY_WRITER, history_written
 from openai import OpenAI
 from procs import PYTHON, Proc, RedisServer, free_port, stop_live, wait_for
 
@@ -39,6 +40,7 @@ class ServingStack:
              "--without-mingle", "--without-gossip", "-l", "WARNING"],
         )  # fmt: skip
         self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
+        self.procs["history"] = self._proc("history", HISTORY_WRITER)
         self.start_web()
 
     def start_web(self) -> None:
@@ -49,6 +51,9 @@ class ServingStack:
 
     def _proc(self, name: str, argv: list[str]) -> Proc:
         return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+
+    def history_written(self) -> None:
+        history_written(self.redis.url)
 
     def client(self, secret: str | None = None, **kwargs) -> OpenAI:
         kwargs.setdefault("max_retries", 0)
@@ -109,6 +114,9 @@ def serving_stack(platform_env, tmp_path, serving_users, settings):
         "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
         "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
         "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
+        # replicas on a busy machine must not be declared dead: no failure detection is tested here
+        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+        "OMNISTAGE_HEARTBEAT_TTL": "15",
     }
     live = ServingStack(env, tmp_path, serving_users["operator"][1], serving_users["user"][1])
     try:

@@ -57,6 +57,7 @@ def text_routes(echo_stack):
     pieces = [c.choices[0].text for c in client.completions.create(model="echo", prompt="a b c", stream=True)]
     assert "".join(pieces) == "a b c"
 
+    echo_stack.history_written()
     rows = InferenceRequest.objects.filter(user__username="serving-user").order_by("created_at")
     assert [row.route for row in rows] == ["chat.completions"] * 3 + ["completions"] * 2
     assert all(row.status == "completed" and row.http_status == 200 for row in rows)
@@ -110,6 +111,7 @@ def chat_with_text_and_audio_output(echo_stack):
     assert "".join(text) == words and transcript == words and expiry
     assert len(pcm) == 2 * 4 * SAMPLES_PER_PIECE
 
+    echo_stack.history_written()
     row = InferenceRequest.objects.get(request_id=reply.id)
     assert row.modality_list == ["text", "audio"] and row.usage["audio"]["seconds"] == pytest.approx(0.04)
     audio = row.artifacts.get(kind="audio")

@@ -91,6 +91,7 @@ def test_disconnect_mid_stream_cancels_the_work_and_records_it(serving_stack):
     # the slot is free again: the next request is served
     reply = serving_stack.http("POST", "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": "next one"}], "stream": False})  # fmt: skip
     assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "next one"
+    serving_stack.history_written()
     assert InferenceRequest.objects.filter(deployment_name="echo-slow", status="failed", http_status=503).count() == 1
 
     disconnect_while_waiting_for_a_whole_answer(serving_stack, "echo-slow")

@@ -156,6 +156,7 @@ def invalid_input_matrix(echo_stack, serving_users):
     assert [model["id"] for model in listed["data"]] == ["echo-voice"]
 
     # requests that reached a route are recorded as failed, with the error they answered
+    echo_stack.history_written()
     failed = InferenceRequest.objects.filter(user=user, status="failed")
     assert failed.filter(http_status=404, deployment_name="no-such-model").exists()
     assert failed.filter(http_status=400, error__param="modalities", deployment_name="echo").exists()
@@ -185,6 +186,7 @@ def quota_and_engine_failures(echo_stack, django_user_model):
     assert refused.headers["x-ratelimit-limit-requests"] == "1"
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert re.fullmatch(r"(\d+m)?\d+s|\d+ms", refused.headers["x-ratelimit-reset-requests"])  # within the minute
+    echo_stack.history_written()
     assert InferenceRequest.objects.filter(user=limited, http_status=429, status="failed").count() == 1
 
     bad_sampling = echo_stack.http("POST", "/v1/chat/completions", json=chat(sampling_params_list=[{"max_tokens": 0}]))
@@ -196,6 +198,7 @@ def quota_and_engine_failures(echo_stack, django_user_model):
             "POST", "/v1/chat/completions", json=chat(stream=stream, additional_information={"echo_fail": True})
         )
         assert check_error_shape(failing, 500, None, f"engine failure stream={stream}")["code"] == "echo_fail"
+    echo_stack.history_written()
     assert InferenceRequest.objects.filter(status="failed", http_status=500, error__code="echo_fail").count() == 2
     body = json.dumps(chat(stream=True)).encode()
     ok = echo_stack.http("POST", "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})

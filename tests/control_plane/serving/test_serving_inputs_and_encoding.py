@@ -17,10 +17,10 @@ import soundfile
 from PIL import Image
 from video_samples import video_data_url
 
+from control_plane.inference import audio_encoding
+from control_plane.inference.errors import ApiError
 from control_plane.inference.signing import artifact_id_from_token, artifact_token
-from control_plane.openai_compat import audio_encoding
 from control_plane.openai_compat.chat_inputs import decode_image_bytes, prepare_messages, summarize
-from control_plane.openai_compat.errors import ApiError
 from control_plane.openai_compat.sampling import build_sampling
 from stages.config import DeployConfig, EdgeConfig, PipelineConfig, StageConfig, StageDeployConfig
 

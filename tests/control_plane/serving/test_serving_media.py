@@ -95,13 +95,14 @@ def images_and_video_jobs(serving_stack, tiny_diffusion):
     listed = client.videos.list()
     assert [v.id for v in listed.data] == [video.id]
 
-    row = InferenceRequest.objects.get(request_id=video.id)
+    row = InferenceRequest.objects.get(request_id=video.id)  # the job's reads wrote its history
     assert row.status == "completed" and row.progress == 1.0 and row.artifacts.get().kind == "video"
     deleted = client.videos.delete(video.id)
     assert deleted.deleted
     assert serving_stack.http("GET", f"/v1/videos/{video.id}").status_code == 404
     assert InferenceRequest.objects.filter(request_id=video.id, deleted_at__isnull=False).exists()
 
+    serving_stack.history_written()
     rows = InferenceRequest.objects.filter(deployment_name="tiny-image", status="completed")
     assert rows.filter(route="images.generations").count() == 3 and rows.filter(route="chat.completions").count() == 1
     assert rows.filter(route="images.edits").count() == 3
@@ -141,6 +142,7 @@ def image_edits(serving_stack):
     other = client.images.edit(model="tiny-image", image=green, prompt="make it blue", extra_body=half)
     assert decoded(other)[0].tobytes() != decoded(own_size)[0].tobytes()  # the result starts from the image
 
+    serving_stack.history_written()
     row = InferenceRequest.objects.filter(route="images.edits", status="completed").order_by("created_at").first()
     assert row.inputs["image"] == {"width": 48, "height": 32, "format": "png", "bytes": len(red[1])}
     assert row.parameters["strength"] == 0.5 and row.parameters["size"] == "64x32"

@@ -139,6 +139,7 @@ def exactly_the_quota_of_concurrent_requests_is_admitted(stack, django_user_mode
     assert totals["text_tokens_out"] == sum(len(response.json()["choices"][0]["message"]["content"].split())
                                             for response in admitted)  # fmt: skip
 
+    stack.history_written()
     rows = InferenceRequest.objects.filter(user__username="burst")
     assert rows.filter(status="completed", http_status=200).count() == QUOTA
     assert rows.filter(status="failed", http_status=429).count() == CONCURRENT - QUOTA

@@ -74,6 +74,7 @@ def speech_plain_streamed_and_raw(echo_stack):
     assert raw[:4] == b"RIFF" and raw[8:16] == b"WAVEfmt " and struct.unpack("<I", raw[24:28])[0] == RATE
     assert len(raw) - 44 == 2 * 4 * PIECE
 
+    echo_stack.history_written()
     rows = InferenceRequest.objects.filter(route="audio.speech")
     assert rows.count() == 8 and set(rows.values_list("status", flat=True)) == {"completed"}
     assert rows.filter(stream=True).count() == 2
@@ -131,7 +132,7 @@ def history_rest_ownership_artifacts_signed_urls_metrics_and_retention(echo_stac
     tampered = httpx.get(artifact["signed_url"].replace("/content", "x/content"))
     assert tampered.status_code in (403, 404) and "error" in tampered.json()
 
-    # Prometheus counters, kept in the platform's Redis by the web process
+    # Prometheus counters, kept in the platform's Redis by whoever writes the history rows
     from control_plane.inference.metrics import render
 
     settings.REDIS_URL = echo_stack.redis.url

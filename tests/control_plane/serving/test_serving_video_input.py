@@ -46,6 +46,7 @@ def test_video_chat_through_the_sdk(serving_stack, tiny_omni):
     assert first.choices[0].message.content and first.usage.completion_tokens == 8
     assert again.choices[0].message.content == first.choices[0].message.content  # greedy by default
     assert other.choices[0].message.content != first.choices[0].message.content
+    serving_stack.history_written()
     row = InferenceRequest.objects.get(request_id=first.id)
     assert row.status == "completed"
     assert row.inputs["messages"][0]["content"][0]["video_url"]["url"].startswith("<video/mp4 data, ")
