@@ -109,6 +109,9 @@ def realtime_stack(platform_env, tmp_path, realtime_users, settings):
         "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
         "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
         "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
+        # replicas on a busy machine must not be declared dead: no failure detection is tested here
+        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+        "OMNISTAGE_HEARTBEAT_TTL": "15",
     }
     live = RealtimeStack(env, tmp_path, realtime_users["operator"][1], realtime_users["user"][1])
     try:
