@@ -39,8 +39,11 @@ def moment(seconds: float | None) -> datetime | None:
 
 
 def history_apply(events: Iterable[HistoryEvent]) -> int:
-    """Write `events` (of any number of requests) in one transaction; returns how many rows closed."""
-    ordered = sorted(events, key=lambda event: ORDER[type(event)])
+    """Write `events` (of any number of requests) in one transaction; returns how many rows closed.
+
+    Kinds in lifecycle order, rows in one order within a kind: two writers (a writer and a
+    reader catching up) that overlap lock rows in the same order and cannot deadlock."""
+    ordered = sorted(events, key=lambda event: (ORDER[type(event)], _subject(event)))
     with transaction.atomic():
         existing = _existing_references(ordered)
         _open([event for event in ordered if isinstance(event, RowOpened)], existing)
@@ -54,6 +57,12 @@ def history_apply(events: Iterable[HistoryEvent]) -> int:
         _record_usage((event for event in ordered if isinstance(event, UsageRecorded)), existing)
     _observe(closed)
     return len(closed)
+
+
+def _subject(event: HistoryEvent) -> str:
+    if isinstance(event, RowOpened):
+        return event.id
+    return getattr(event, "row_id", None) or event.request_id
 
 
 def _existing_references(events: list[HistoryEvent]) -> dict[str, set]:
