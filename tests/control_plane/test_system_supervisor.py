@@ -14,7 +14,7 @@ from procs import PYTHON, REPO, Proc, free_port, pid_alive, wait_for
 pytestmark = pytest.mark.slow
 
 WEB = ["--web-processes", "2"]
-COMPONENTS = ("redis", "worker", "orchestrator", "web-1", "web-2")
+COMPONENTS = ("redis", "worker", "orchestrator", "history", "web-1", "web-2")
 
 
 @pytest.fixture
