@@ -26,5 +26,14 @@ def shared_redis(url: str, *, timeout: float = 2.0) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
+def shared_async_redis(url: str) -> redis.asyncio.Redis:
+    """The asyncio twin of `shared_redis`, for the many requests of one event loop: at most
+    REDIS_POOL_SIZE connections, and a command waits for a free one instead of failing."""
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=settings.REDIS_POOL_SIZE, timeout=settings.REDIS_POOL_TIMEOUT_S, socket_connect_timeout=5
+    )
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
 def get_async_redis(*, timeout: float | None = None) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=5)

@@ -55,7 +55,7 @@ from control_plane.inference.services import artifact_store
 from control_plane.inference.targets import Caller, Served
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.serving import ServingUnavailable, serve
-from control_plane.redis_client import get_async_redis
+from control_plane.redis_client import shared_async_redis
 from stages.protocol import SamplingParams, StageError, StageRequest
 
 log = logging.getLogger(__name__)
@@ -71,12 +71,13 @@ _loop_clients: dict[tuple[int, str], Any] = {}
 
 def loop_redis():
     """One pooled async Redis client per event loop (daphne runs one), instead of a new
-    connection pool for every request."""
+    connection pool for every request; its pool waits for a free connection when every one
+    is busy (hundreds of concurrent requests each append their history)."""
     loop = asyncio.get_running_loop()
     key = (id(loop), settings.REDIS_URL)
     client = _loop_clients.get(key)
     if client is None:
-        client = _loop_clients[key] = get_async_redis()
+        client = _loop_clients[key] = shared_async_redis(settings.REDIS_URL)
     return client
 
 
