@@ -82,6 +82,8 @@ if _database_url:
     # pile up (one per concurrent request, idle until collected) and exhaust PostgreSQL's
     # max_connections; a bounded pool per process serves them instead, and waits when empty.
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # as the embedded database: writers wait their turn
+        DATABASES["default"].setdefault("OPTIONS", {}).update(timeout=30, init_command="PRAGMA journal_mode=WAL;")
     if DATABASES["default"]["ENGINE"].endswith("postgresql"):
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,

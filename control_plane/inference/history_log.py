@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -165,10 +166,21 @@ def _apply(pending: dict[str, dict[str, HistoryEvent]]) -> set[str]:
     return failed
 
 
+READ_PATIENCE_S = 10.0
+"""How long a read retries writing pending history that could not be written at once (the
+database busy with the writer's own batch), before it shows what the database has."""
+
+
 def history_catch_up_for(*, user_id: int | None = None, everyone: bool = False) -> None:
     """Before a read: write what is pending of the rows a viewer may see. Never fails the read
     (without Redis the database is all there is to show)."""
+    deadline = time.monotonic() + READ_PATIENCE_S
     try:
-        history_catch_up(pending_requests(user_id=user_id, everyone=everyone))
+        left = history_catch_up(pending_requests(user_id=user_id, everyone=everyone))
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = history_catch_up(left)  # those the writer wrote meanwhile have nothing pending
+        if left:
+            log.warning("%d requests' history is not written yet; the read shows the database as it is", len(left))
     except redis.RedisError as error:
         log.warning("history not caught up before a read: %s", error)
