@@ -12,7 +12,11 @@ HISTORY_WRITER = [PYTHON, "manage.py", "history_writer"]
 def pending_count(redis_url: str) -> int:
     from control_plane.inference.redis_names import pending_all
 
-    return redis.Redis.from_url(redis_url, socket_timeout=2).scard(pending_all())
+    client = redis.Redis.from_url(redis_url, socket_timeout=2)
+    try:
+        return client.scard(pending_all())
+    finally:
+        client.close()
 
 
 def history_written(redis_url: str, timeout: float = 60.0) -> None:
