@@ -8,7 +8,7 @@
         quota_refund(admission)                                   # returns every reservation but the request
 
 - `quota_admit` raises `QuotaExceeded` (turn it into a 429 with
-  `openai_errors.quota_exceeded_response`) or `QuotaUnavailable` (Redis is down: 503).
+  `inference.errors.quota_exceeded_error`) or `QuotaUnavailable` (Redis is down: 503).
 - Every admission counts one request; `estimate` reserves the other metrics (an upper
   bound: prompt tokens + max_tokens, requested audio seconds, n images...). Nothing is
   reserved for a metric the estimate leaves out, and such a metric is not checked.
