@@ -113,7 +113,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             return
         run = RequestRun(route=ROUTES[playground.mode], request_id=playground.request.request_id,
                          caller=Caller(self.user))  # fmt: skip
-        run.inputs = {"model": playground.deployment}
+        # what the row of a refusal shows: what was asked, without the messages' media bytes
+        asked = {key: value for key, value in playground.inputs.items() if key != "messages"}
+        run.inputs = {**asked, "model": playground.deployment}
         if ref in self.runs:
             self.runs[ref] = (self.runs[ref][0], run)
         try:

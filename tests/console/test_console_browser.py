@@ -207,7 +207,9 @@ def history_replay(page, base: str) -> None:
     # deployment named with HTML): recorded as /v1 records them, their names shown as text
     assert page.locator("tr[data-request] .badge.completed").count() == 2
     assert page.locator("tr[data-request] .badge.failed").count() == len(PLAYGROUNDS)
-    image_row = page.locator("tr[data-request]:has(td:text('images.generations'))")
+    refused = page.locator("tr[data-request]:has(.badge.failed) [data-input]").all_text_contents()
+    assert sorted(refused) == sorted(f"waves <b>rolling</b> in the {mode} playground" for mode in PLAYGROUNDS)
+    image_row = page.locator("tr[data-request]:has(td:text('images.generations')):has(.badge.completed)")
     assert image_row.locator("[data-input]").text_content() == IMAGE_PROMPT
     assert page.locator("img[src='x'], main script").count() == 0
     shot(page, "07-history")
@@ -216,7 +218,7 @@ def history_replay(page, base: str) -> None:
     page.wait_for_function("() => document.querySelector('[data-artifact=image] img')?.complete")
     assert page.evaluate("document.querySelector('[data-artifact=image] img').naturalWidth") == 64
     page.go_back()
-    page.click("tr[data-request]:has(td:text('chat.completions')) a")
+    page.click("tr[data-request]:has(td:text('chat.completions')):has(.badge.completed) a")
     page.wait_for_selector("audio[data-replay]")
     replay = page.locator("audio[data-replay]").element_handle()
     assert page.evaluate(DECODED_DURATION, replay) > 0
