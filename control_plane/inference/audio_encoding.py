@@ -39,10 +39,11 @@ def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     samples = np.asarray(samples, dtype=np.float32).reshape(-1)
     if fmt == "pcm16":
         return pcm16_bytes(samples)
+    if fmt == "wav":  # the same 16-bit samples as pcm16, so a stream and its file agree to the byte
+        pcm = pcm16_bytes(samples)
+        return wav_header(sample_rate, len(pcm)) + pcm
     buffer = io.BytesIO()
-    if fmt == "wav":
-        soundfile.write(buffer, samples, sample_rate, format="WAV", subtype="PCM_16")
-    elif fmt == "flac":
+    if fmt == "flac":
         soundfile.write(buffer, samples, sample_rate, format="FLAC", subtype="PCM_16")
     elif fmt == "mp3":
         soundfile.write(buffer, samples, sample_rate, format="MP3")

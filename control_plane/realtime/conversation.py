@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
-import wave
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from control_plane.inference.audio_encoding import encode_audio
 from control_plane.realtime.events import ProtocolError, new_id
 from control_plane.realtime.resampling import resample
 from control_plane.realtime.session_config import MODEL_INPUT_RATE
@@ -25,17 +24,6 @@ from control_plane.realtime.session_config import MODEL_INPUT_RATE
 # pipelines whose first stage reads text only: a user's message reaches them as plain text (the
 # chat templates of text models need not know content parts), a user's audio as a short note
 TEXT_ONLY_FAMILIES = frozenset({"echo", "llm"})
-
-
-def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
-    pcm = np.clip(np.round(np.asarray(samples, dtype=np.float32) * 32767.0), -32768, 32767).astype("<i2")
-    out = io.BytesIO()
-    with wave.open(out, "wb") as writer:
-        writer.setnchannels(1)
-        writer.setsampwidth(2)
-        writer.setframerate(rate)
-        writer.writeframes(pcm.tobytes())
-    return out.getvalue()
 
 
 @dataclass
@@ -139,7 +127,7 @@ def _message(item: Item, family: str) -> dict | None:
             if family in TEXT_ONLY_FAMILIES:
                 parts.append({"type": "text", "text": f"[user audio {part.seconds:.2f} s]"})
                 continue
-            data = base64.b64encode(wav_bytes(part.samples, part.rate)).decode()
+            data = base64.b64encode(encode_audio(part.samples, part.rate, "wav")).decode()
             parts.append({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
     if not parts:
         return None
