@@ -186,8 +186,10 @@ def test_speech_attachments_and_a_stopped_run(console_stack, alice):
     assert speech.status == "completed" and speech.artifacts.filter(kind="audio").exists()
     assert speech.parameters["voice"] == "Ethan"
 
-    attached = InferenceRequest.objects.get(inputs__prompt="look")
-    assert "base64" not in str(attached.inputs)  # the history keeps no media bytes
+    attached, refused = InferenceRequest.objects.filter(inputs__prompt="look").order_by("created_at")
+    assert (attached.status, refused.status, refused.http_status) == ("completed", "failed", 400)
+    for row in (attached, refused):
+        assert "base64" not in str(row.inputs)  # the history keeps no media bytes, of a refused run neither
 
     stopped = InferenceRequest.objects.get(route="chat.completions", inputs__prompt__startswith="word")
     assert stopped.status == "cancelled" and stopped.finish_reason == "cancelled"
