@@ -21,8 +21,10 @@ CATEGORIES = [
     (
         "history and usage recording",
         (
-            "openai_compat/session.py",
-            "openai_compat/outcome.py",
+            "inference/request_run.py",
+            "inference/history_log.py",
+            "inference/history_events.py",
+            "inference/outcome.py",
             "inference/services.py",
             "accounts/usage.py",
             "inference/metrics.py",
@@ -30,7 +32,7 @@ CATEGORIES = [
     ),
     (
         "auth, quota, deployment lookup",
-        ("control_plane/accounts/", "openai_compat/access.py", "control_plane/invalidation.py"),
+        ("control_plane/accounts/", "inference/targets.py", "openai_compat/access.py", "control_plane/invalidation.py"),
     ),
     ("serving path client (serve, replies)", ("control_plane/orchestrator/",)),
     ("request parsing, validation, rendering", ("control_plane/openai_compat/", "stages/protocol", "msgspec", "json/")),

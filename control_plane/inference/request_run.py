@@ -55,6 +55,7 @@ from control_plane.inference.services import artifact_store
 from control_plane.inference.targets import Caller, Served
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.serving import ServingUnavailable, serve
+from control_plane.orm_threads import orm_in_thread
 from control_plane.redis_client import shared_async_redis
 from stages.protocol import SamplingParams, StageError, StageRequest
 
@@ -243,7 +244,7 @@ class RequestRun:
         )  # fmt: skip
         await self._append([self.opened])
         if durable:
-            await sync_to_async(history_catch_up)([self.request_id])
+            await orm_in_thread(history_catch_up)([self.request_id])
         await self.charge.admit(estimate or {})
 
     @property
