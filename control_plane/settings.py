@@ -77,13 +77,19 @@ EMBEDDED_REDIS = _redis_url is None
 EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis" / "redis.sock"
 REDIS_URL = _redis_url or f"unix://{EMBEDDED_REDIS_SOCKET}"
 
+# SQLite takes one writer at a time: a writer waits up to 30 s for its turn, and a transaction
+# takes the write lock when it begins (IMMEDIATE), since one that read first and writes later
+# fails at once with "database is locked" when another wrote meanwhile (the busy timeout never
+# applies to that case). WAL lets readers go on while one writes.
+SQLITE_OPTIONS = {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"}
+
 if _database_url:
     # ASGI views reach the ORM from a thread per request, so persistent per-thread connections
     # pile up (one per concurrent request, idle until collected) and exhaust PostgreSQL's
     # max_connections; a bounded pool per process serves them instead, and waits when empty.
     DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
-    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # as the embedded database: writers wait their turn
-        DATABASES["default"].setdefault("OPTIONS", {}).update(timeout=30, init_command="PRAGMA journal_mode=WAL;")
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        DATABASES["default"].setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
     if DATABASES["default"]["ENGINE"].endswith("postgresql"):
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
@@ -95,7 +101,7 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "omnistage.sqlite3",
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            "OPTIONS": dict(SQLITE_OPTIONS),
             # a file, not memory, so that the live servers a test starts share it
             "TEST": {"NAME": VAR_DIR / "test.sqlite3"},
         }

@@ -6,7 +6,8 @@ which an asyncio task does for free. What makes it survive a restart is the row:
 
 - `POST /v1/videos` writes the row (queued) with a lease and starts `run_job` in this process
   (the row is written at once, not by the history writer: the lease lives in it);
-- the runner renews the lease (`LEASE_S`) while it waits, and writes progress as it arrives;
+- the runner renews the lease (`LEASE_S`) while it waits, and writes progress as it arrives
+  (on pooled ORM threads: the job outlives the request that started it);
 - whenever any process answers a /v1/videos call it first `recover_jobs()`: a queued or
   running job whose lease ran out (its process died) is claimed by an atomic UPDATE (one
   winner) and started again from the beginning (the old serving request is gone with it);
@@ -25,7 +26,6 @@ from contextlib import aclosing
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db.models import Q
 from django.utils import timezone
 
@@ -36,6 +36,7 @@ from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.services import request_progress
 from control_plane.inference.targets import Caller, Served
+from control_plane.orm_threads import orm_in_thread
 from stages.config import load_pipeline_config
 from stages.protocol import StageRequest
 
@@ -91,7 +92,7 @@ def _claim_expired() -> list[InferenceRequest]:
 
 async def recover_jobs() -> None:
     """Restart jobs whose runner died (lease expired)."""
-    for row in await sync_to_async(_claim_expired)():
+    for row in await orm_in_thread(_claim_expired)():
         if row.request_id in _running:
             continue
         run = run_for(row)
@@ -144,8 +145,8 @@ async def run_job(run: RequestRun) -> None:
         if now - last_write[0] < PROGRESS_WRITE_INTERVAL_S:
             return
         last_write[0] = now
-        await sync_to_async(request_progress)(row, min(delta.progress, 0.99))
-        if not await sync_to_async(_renew)(row.pk):
+        await orm_in_thread(request_progress)(row, min(delta.progress, 0.99))
+        if not await orm_in_thread(_renew)(row.pk):
             raise JobGone()
 
     renewer = asyncio.get_running_loop().create_task(_keep_lease(row.pk, asyncio.current_task()))
@@ -173,6 +174,6 @@ async def _keep_lease(row_id, job: asyncio.Task) -> None:
     """Renew the lease while the job waits; stop the job when its row was deleted."""
     while True:
         await asyncio.sleep(LEASE_S / 3)
-        if not await sync_to_async(_renew)(row_id):
+        if not await orm_in_thread(_renew)(row_id):
             job.cancel()
             return
