@@ -40,7 +40,9 @@ async def _prepare(playground: PlaygroundRequest, served: Served) -> dict:
         request.prompt, request.messages = (
             (None, request.messages) if served.pipeline.needs_chat_template else (request.prompt, None)
         )
-    sampling = {key: playground.parameters[key] for key in ("max_tokens", "temperature") if key in playground.parameters}
+    sampling = {
+        key: playground.parameters[key] for key in ("max_tokens", "temperature") if key in playground.parameters
+    }
     prepared = await request_prepare(served, request, sampling=sampling, modalities=wanted)
     if prepared.modalities:
         playground.modalities = prepared.modalities
@@ -130,7 +132,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         except Exception as error:  # a bug must reach the browser as an error, not leave it waiting
             log.exception("the playground could not run %s", ref)
             await run.fail(error)
-            await self._send(ref, {"type": "error", "message": "The console failed to run this request.", "field": None})
+            await self._send(
+                ref, {"type": "error", "message": "The console failed to run this request.", "field": None}
+            )
         finally:
             self.runs.pop(ref, None)
 
@@ -150,4 +154,3 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         async with aclosing(events):
             async for event in events:
                 await self._send(ref, event)
-

@@ -453,5 +453,3 @@ class RequestRun:
             await self._append(events)
         except Exception:
             log.exception("could not record the end of request %s", self.request_id)
-
-

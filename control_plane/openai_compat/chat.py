@@ -341,4 +341,3 @@ class ChatView:
 
     def error_events(self, error: ApiError) -> list[bytes]:
         return [event(error.body()), DONE]
-

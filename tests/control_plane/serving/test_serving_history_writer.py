@@ -146,4 +146,3 @@ async def cancel_a_realtime_response(stack) -> str:
                 if event["type"] == "response.done":
                     assert event["response"]["status"] == "cancelled", event
                     return response_id
-
