@@ -99,6 +99,7 @@ class LivePlatform:
             [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", str(self.worker_concurrency),
              "--without-mingle", "--without-gossip", "-l", "WARNING"], env, logs / "worker.log")  # fmt: skip
         self.procs["orchestrator"] = Proc([PYTHON, "manage.py", "orchestrator"], env, logs / "orchestrator.log")
+        self.procs["history"] = Proc([PYTHON, "manage.py", "history_writer"], env, logs / "history.log")
         self.procs["web"] = Proc(
             [PYTHON, "manage.py", "web", "--host", "127.0.0.1", "--port", str(self.port),
              "--processes", str(self.web_processes)], env, logs / "web.log")  # fmt: skip
@@ -140,10 +141,14 @@ class LivePlatform:
 
     def pids(self) -> dict[str, int]:
         """Every platform process by name: the supervised web processes (from the web log), the
-        orchestrator, the Celery worker and its children, redis-server."""
+        orchestrator, the history writer, the Celery worker and its children, redis-server."""
         import psutil
 
-        found = {"redis-server": self.redis_server.process.pid, "orchestrator": self.procs["orchestrator"].pid}
+        found = {
+            "redis-server": self.redis_server.process.pid,
+            "orchestrator": self.procs["orchestrator"].pid,
+            "history": self.procs["history"].pid,
+        }
         worker = psutil.Process(self.procs["worker"].pid)
         found["worker"] = worker.pid
         for index, child in enumerate(worker.children(recursive=True)):
