@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from control_plane.realtime.events import ProtocolError, new_id
-from control_plane.realtime.resampling import resample
 from control_plane.realtime.session_config import MODEL_INPUT_RATE
+from stages.resampling import resample
 
 # pipelines whose first stage reads text only: a user's audio reaches them as a short note
 TEXT_ONLY_FAMILIES = frozenset({"echo"})

@@ -27,9 +27,9 @@ from control_plane.orchestrator.serving import ServingUnavailable, serve
 from control_plane.realtime import recording
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
-from control_plane.realtime.resampling import StreamResampler
 from control_plane.realtime.sampling import entry_sampling, later_sampling
 from stages.protocol import StageRequest
+from stages.resampling import StreamResampler
 
 log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 120.0
