@@ -358,7 +358,8 @@ ID_PREFIXES = {
 
 def served_view(route: str, *methods: str):
     """An async /v1 view that serves a request: authenticates, gives the view a Recorder,
-    and makes sure every failure is recorded and answered in OpenAI's shape."""
+    and makes sure every failure is recorded and answered in OpenAI's shape. Every answer
+    names its history row in `X-Request-Id` (`/api/requests/{id}`)."""
 
     def decorate(view):
         @openai_endpoint(*methods)
@@ -378,6 +379,7 @@ def served_view(route: str, *methods: str):
             except Exception as error:
                 await rec.fail(error)
                 response = error_response(error)
+            response.setdefault("X-Request-Id", rec.request_id)
             return with_rate_limit_headers(response, rec.admission)
 
         return wrapper
