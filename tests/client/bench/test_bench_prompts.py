@@ -11,6 +11,8 @@ from procs import PYTHON, REPO
 from client.bench.prompts import PromptError, dataset_prompts, random_prompts
 from client.bench.tokenizer import LocalTokenizer
 
+pytestmark = pytest.mark.slow  # builds a tiny checkpoint for its tokenizer
+
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory) -> LocalTokenizer:
