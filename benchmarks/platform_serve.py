@@ -19,13 +19,15 @@ stage on the GPU (AR stages in bfloat16), in a worker pool named `gpu`.
 Everything after `--` goes to `bench serve` (its flags: `omnistage bench serve --help`); the
 target's defaults come first, so those flags override them. `--inprocess ARGS` first runs
 `benchmarks/omni_pipeline.py ARGS` (the in-process pipeline, no platform) so both figures come
-from one call. With $OUT set (the GPU machine), the bench results go to
+from one call; `--deploy-override JSON` is merged into the deployment's config (to match the
+in-process run's chunking and precision). With $OUT set (the GPU machine), the bench results go to
 $OUT/bench_serve_<target>.json and the platform's log to $OUT/platform_<target>.log.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import secrets
@@ -68,6 +70,14 @@ TARGETS = {
 GPU_STAGE = {"pool": "gpu", "max_batch": 16}
 GPU_AR_STAGE = {**GPU_STAGE, "dtype": "bfloat16", "kv_memory_mb": 8192, "max_length": 4096}
 GPU_AUDIO_STAGE = {**GPU_STAGE, "dtype": "float32", "max_length": 4096}
+
+
+def merged(base: dict, override: dict) -> dict:
+    """`override` over `base`, dictionaries merged key by key."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def deploy_config(target: Target, device: str, pipeline: dict) -> dict:
@@ -169,9 +179,10 @@ class Platform:
         return httpx.request(method, f"{self.base}{path}", headers={"Authorization": f"Bearer {self.key}"},
                              timeout=60, **kwargs)  # fmt: skip
 
-    def deploy(self, target: Target, model: str, device: str, timeout_s: float) -> None:
+    def deploy(self, target: Target, model: str, device: str, override: dict, timeout_s: float) -> None:
         pipeline = self.http("GET", f"/api/pipelines/{target.pipeline}/").json()["config"]
-        config = deploy_config(target, device, pipeline)
+        config = merged(deploy_config(target, device, pipeline), override)
+        print(f"[platform] deploy_config {json.dumps(config)}", flush=True)
         body = {"name": DEPLOYMENT, "pipeline": target.pipeline, "model_dir": model, "deploy_config": config}
         response = self.http("POST", "/api/deployments/", json=body)
         if response.status_code != 201:
@@ -233,6 +244,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="every model stage's device: cpu, cuda or cuda:N")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--deploy-timeout", type=float, default=900, help="seconds to wait for RUNNING")
+    parser.add_argument("--deploy-override", type=json.loads, default={}, metavar="JSON",
+                        help='merged into the target\'s DeployConfig, e.g. \'{"stages": {"code2wav": {"async_chunk_size": 96}}}\'')  # fmt: skip
     parser.add_argument("--inprocess", metavar="ARGS", help="run benchmarks/omni_pipeline.py ARGS first")
     parser.add_argument("--var-dir", help="keep the platform's files here (default: a temporary directory)")
     args, bench_args = parser.parse_known_args()
@@ -249,7 +262,7 @@ def main() -> int:
             model = model_dir(target, var_dir)
             platform.start()
             started = time.monotonic()
-            platform.deploy(target, model, args.device, args.deploy_timeout)
+            platform.deploy(target, model, args.device, args.deploy_override, args.deploy_timeout)
             print(f"[platform] {args.target} RUNNING after {time.monotonic() - started:.1f} s", flush=True)
             code = bench(platform, args.target, target, args.concurrency, bench_args)
         finally:
