@@ -108,8 +108,8 @@ def model_dir(target: Target, scratch: Path) -> str:
         return str(models / target.checkpoint)
     if target.real_shapes:
         out = scratch / "real-shapes"
-        run_step("writing the real-shape config directories", [sys.executable, "-m", "stages.tiny", "--real-shapes",
-                                                               str(out)])  # fmt: skip
+        run_step(f"writing the {target.real_shapes} config directory (no weights)",
+                 [sys.executable, "-m", "stages.tiny", "--real-shapes", str(out), "--only", target.real_shapes])  # fmt: skip
         return str(out / target.real_shapes)
     return "-"
 

@@ -35,9 +35,9 @@ def level_table(summary: dict[str, Any], title: str) -> str:
     if s["images"]:
         lines.append(f"{'Images/s:':<34}{number(s['images_per_s'], 3)}  ({s['images']} images)")
     if s["input_len_mean"] is not None or s["server_prompt_tokens_mean"] is not None:
-        prompt = number(s["input_len_mean"], 1) if s["input_len_mean"] is not None else "not counted"
+        prompt = number(s["input_len_mean"], 1) if s["input_len_mean"] is not None else "- (no tokenizer)"
         server = number(s["server_prompt_tokens_mean"], 1)
-        lines.append(f"{'Input tokens per request:':<34}{prompt} in the prompt, {server} as the server counted them")
+        lines.append(f"{'Input tokens per request:':<34}prompt {prompt}, server {server} (template included)")
     lines.append(f"{'':<18}" + "".join(f"{name:>12}" for name in COLUMNS) + f"{'n':>7}")
     for label, key in ROWS:
         values = s[key]

@@ -31,7 +31,7 @@ from client.bench.realtime import SpeechError, speech_samples, spoken_turn
 from client.bench.report import level_table, overview, write_result
 from client.bench.tokenizer import LocalTokenizer, tokenizer_file
 
-OK, CANNOT_START, REQUESTS_FAILED = 0, 1, 2
+OK, CANNOT_START, REQUESTS_FAILED, INTERRUPTED = 0, 1, 2, 130
 RUNNABLE_MODALITIES = ("text", "audio")
 
 
@@ -45,6 +45,9 @@ def run(options: ServeOptions, out: TextIO = sys.stdout) -> int:
     except (BenchError, OptionsError, PromptError, SpeechError, OSError, wave.Error) as error:
         print(f"bench serve: {error}", file=sys.stderr)
         return CANNOT_START
+    except KeyboardInterrupt:
+        print("bench serve: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 async def serve(options: ServeOptions, out: TextIO) -> int:
@@ -221,7 +224,7 @@ def result_document(options: ServeOptions, model: dict[str, Any], shape: Shape, 
             "modalities": list(shape.modalities),
             "max_tokens": shape.output_len,
             "sampling_params_list": shape.sampling_params_list(),
-        },  # fmt: skip
+        },
         "prompts": tokenizer_note,
         "levels": levels,
     }
