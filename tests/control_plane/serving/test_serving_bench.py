@@ -21,13 +21,55 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 OMNI = {"stages": {"talker": {"sampling": {"max_tokens": 40}}}}
 
 
-def test_bench_serve_measures_the_echo_voice_and_tiny_omni_deployments(echo_stack, tiny_omni, tmp_path):
-    echo_stack.deploy("omni", "qwen2_5_omni", model_dir=str(tiny_omni), deploy_config=OMNI)
-    echo_stack.wait_running("omni", timeout=600)
+def test_bench_serve_measures_the_echo_voice_deployment(echo_stack, tmp_path):
     chat_text_and_audio_on_echo_voice(echo_stack, tmp_path)
     speech_on_echo_voice(echo_stack, tmp_path)
-    chat_on_the_tiny_omni(echo_stack, tmp_path)
     wrong_key_and_model(echo_stack, tmp_path)
+
+
+def test_bench_serve_measures_the_tiny_omni(serving_stack, tiny_omni, tmp_path):
+    """The operator's key may read the deployment: its checkpoint's tokenizer gives exact prompt lengths."""
+    serving_stack.deploy("omni", "qwen2_5_omni", model_dir=str(tiny_omni), deploy_config=OMNI)
+    serving_stack.wait_running("omni", timeout=600)
+    run = bench_serve(serving_stack.base, serving_stack.operator_secret, tmp_path, "--model", "omni",
+                      "--modalities", "text,audio", "--concurrency", "2", "--num-prompts", "2", "--input-len", "8",
+                      "--output-len", "4", "--audio-frames", "20", "--ignore-eos")  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert "exactly 8 tokens" in run.stdout and "(the deployment's)" in run.stdout
+    (level,) = run.levels()
+    assert all(level[metric] for metric in METRICS), {metric: level[metric] for metric in METRICS}
+    assert set(level["stages"]["stages"]) == {"thinker", "talker", "code2wav"}
+    assert run.result["request"]["sampling_params_list"] == [None, {"max_tokens": 20, "ignore_eos": True}, None]
+    for request in run.requests():
+        assert request["input_len"] == 8 and request["text_tokens"] == 4
+        assert request["audio_ttfp_ms"] < request["e2el_ms"]
+        assert request["audio_seconds"] == pytest.approx(recorded_audio_seconds(request["request_id"]), abs=1e-4)
+
+
+def test_bench_serve_counts_the_failures_of_a_server_that_died(serving_stack, tmp_path):
+    slow_echo = {"stages": {"echo": {"options": {"delay_s": 0.05, "tokens_per_step": 1}}}}
+    serving_stack.deploy("echo", "echo", deploy_config=slow_echo)
+    serving_stack.wait_running("echo")
+    result_json = tmp_path / "died.json"
+    flags = ("--model", "echo", "--concurrency", "2", "--num-prompts", "40", "--input-len", "20", "--warmups", "0")
+    bench = subprocess.Popen(bench_argv(serving_stack.base, serving_stack.user_secret, result_json, *flags), cwd=REPO,
+                             env=client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while InferenceRequest.objects.filter(status="completed").count() < 2:  # some answered: kill the server
+            assert bench.poll() is None and time.monotonic() < deadline, bench.communicate()
+            time.sleep(0.2)
+        serving_stack.procs["web"].stop()
+        stdout, stderr = bench.communicate(timeout=300)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+        serving_stack.start_web()  # for the fixture's clean-up
+    assert bench.returncode == 2, stderr
+    (level,) = json.loads(result_json.read_text())["levels"]
+    assert level["successful"] >= 2 and level["failed"] >= 1 and level["successful"] + level["failed"] == 40
+    assert level["first_error"] and "request(s) failed" in stderr and level["first_error"] in stderr
+    assert "Failed requests:" in stdout
 
 
 def chat_text_and_audio_on_echo_voice(stack, tmp_path):
@@ -57,23 +99,6 @@ def speech_on_echo_voice(stack, tmp_path):
         assert InferenceRequest.objects.get(request_id=request["request_id"]).route == Route.SPEECH
 
 
-def chat_on_the_tiny_omni(stack, tmp_path):
-    """The operator's key may read the deployment: its checkpoint's tokenizer gives exact prompt lengths."""
-    run = bench_serve(stack.base, stack.operator_secret, tmp_path, "--model", "omni", "--modalities", "text,audio",
-                      "--concurrency", "2", "--num-prompts", "2", "--input-len", "8", "--output-len", "4",
-                      "--audio-frames", "20", "--ignore-eos")  # fmt: skip
-    assert run.code == 0, run.stderr
-    assert "exactly 8 tokens" in run.stdout and "(the deployment's)" in run.stdout
-    (level,) = run.levels()
-    assert all(level[metric] for metric in METRICS), {metric: level[metric] for metric in METRICS}
-    assert set(level["stages"]["stages"]) == {"thinker", "talker", "code2wav"}
-    assert run.result["request"]["sampling_params_list"] == [None, {"max_tokens": 20, "ignore_eos": True}, None]
-    for request in run.requests():
-        assert request["input_len"] == 8 and request["text_tokens"] == 4
-        assert request["audio_ttfp_ms"] < request["e2el_ms"]
-        assert request["audio_seconds"] == pytest.approx(recorded_audio_seconds(request["request_id"]), abs=1e-4)
-
-
 def wrong_key_and_model(stack, tmp_path):
     bad_key = stack.http("GET", "/v1/models/echo", secret="omni-not-a-key").json()["error"]["message"]
     run = bench_serve(stack.base, "omni-not-a-key", tmp_path, "--model", "echo")
@@ -88,29 +113,3 @@ def wrong_key_and_model(stack, tmp_path):
          "--model", "nope"], cwd=REPO, env=stack.env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert through_manage_py.returncode == 1 and unknown in through_manage_py.stderr
-
-
-def test_bench_serve_counts_the_failures_of_a_server_that_died(serving_stack, tmp_path):
-    slow_echo = {"stages": {"echo": {"options": {"delay_s": 0.05, "tokens_per_step": 1}}}}
-    serving_stack.deploy("echo", "echo", deploy_config=slow_echo)
-    serving_stack.wait_running("echo")
-    result_json = tmp_path / "died.json"
-    flags = ("--model", "echo", "--concurrency", "2", "--num-prompts", "40", "--input-len", "20", "--warmups", "0")
-    bench = subprocess.Popen(bench_argv(serving_stack.base, serving_stack.user_secret, result_json, *flags), cwd=REPO,
-                             env=client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while InferenceRequest.objects.filter(status="completed").count() < 2:  # some answered: kill the server
-            assert bench.poll() is None and time.monotonic() < deadline, bench.communicate()
-            time.sleep(0.2)
-        serving_stack.procs["web"].stop()
-        stdout, stderr = bench.communicate(timeout=300)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
-        serving_stack.start_web()  # for the fixture's clean-up
-    assert bench.returncode == 2, stderr
-    (level,) = json.loads(result_json.read_text())["levels"]
-    assert level["successful"] >= 2 and level["failed"] >= 1 and level["successful"] + level["failed"] == 40
-    assert level["first_error"] and "request(s) failed" in stderr and level["first_error"] in stderr
-    assert "Failed requests:" in stdout
