@@ -10,8 +10,8 @@ tables and stop everything.
         --inprocess "--device cuda --model 7b-shaped --text 128 --codes 512 --skip-hf --concurrency 1 8 16" \\
         -- --input-len 128 --output-len 128 --audio-frames 512 --ignore-eos          # the H200
 
-Targets: `echo`, `echo-voice` (no model), `tiny-llm`, `tiny-omni` (the demo deployments' tiny
-checkpoints, built with `stages.tiny`), and real shapes without weights: `qwen2_5_omni_7b`,
+Targets: `echo`, `echo-voice` (no model), `tiny-llm`, `tiny-omni`, `tiny-image` (the demo
+deployments' tiny checkpoints, built with `stages.tiny`), and real shapes without weights: `qwen2_5_omni_7b`,
 `qwen3_omni_30b_a3b`, `qwen2_5_0_5b` (config directories from `python -m stages.tiny
 --real-shapes`, every stage with `load_format: dummy`; for a GPU). `--device cuda` puts every
 stage on the GPU (AR stages in bfloat16), in a worker pool named `gpu`.
@@ -61,6 +61,8 @@ TARGETS = {
     "tiny-llm": Target("llm", checkpoint="qwen2", bench=("--input-len", "32", "--output-len", "32")),
     "tiny-omni": Target("qwen2_5_omni", checkpoint="qwen2_5_omni", deploy_config=TINY_TALKER,
                         bench=("--input-len", "32", "--output-len", "16", "--audio-frames", "100")),
+    "tiny-image": Target("text_to_image", checkpoint="sd3",
+                         bench=("--endpoint", "images", "--input-len", "16", "--extra-body", '{"num_inference_steps": 4}')),
     "qwen2_5_omni_7b": Target("qwen2_5_omni", real_shapes="qwen2_5_omni_7b",
                               bench=("--input-len", "128", "--output-len", "128", "--audio-frames", "512")),
     "qwen3_omni_30b_a3b": Target("qwen3_omni", real_shapes="qwen3_omni_30b_a3b",
@@ -102,9 +104,8 @@ def deploy_config(target: Target, device: str, pipeline: dict) -> dict:
 def model_dir(target: Target, scratch: Path) -> str:
     if target.checkpoint:
         models = REPO / "var" / "models"  # the demo's tiny checkpoints, built once and kept
-        if not (models / target.checkpoint / "config.json").exists():
-            run_step(f"building the tiny {target.checkpoint} checkpoint",
-                     [sys.executable, "-m", "stages.tiny", str(models), "--only", target.checkpoint])  # fmt: skip
+        run_step(f"the tiny {target.checkpoint} checkpoint (built unless there)",
+                 [sys.executable, "-m", "stages.tiny", str(models), "--only", target.checkpoint])  # fmt: skip
         return str(models / target.checkpoint)
     if target.real_shapes:
         out = scratch / "real-shapes"

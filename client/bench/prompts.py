@@ -59,7 +59,9 @@ def random_prompts(count: int, input_len: int, seed: int, tokenizer: LocalTokeni
 def exact_length_text(tokenizer: LocalTokenizer, rng: np.random.Generator, length: int) -> str:
     """Random ids decoded to text whose re-encoding is exactly `length` tokens. Decoding and
     encoding again may merge or split pieces at their seams, so the ids are re-encoded, cut or
-    topped up with fresh draws, and tried again until the count holds."""
+    topped up with fresh draws, and tried again until the count holds; a tokenizer that rewrites
+    its text (lower-casing, word-level pieces) may never settle that way, and then the text is
+    grown one drawn piece at a time instead, each kept only while the count stays within `length`."""
     pool = tokenizer.drawable_ids
     ids = list(rng.choice(pool, length))
     for _ in range(MAX_ROUNDS):
@@ -68,7 +70,20 @@ def exact_length_text(tokenizer: LocalTokenizer, rng: np.random.Generator, lengt
         if len(encoded) == length:
             return text
         ids = encoded[:length] if len(encoded) > length else encoded + list(rng.choice(pool, length - len(encoded)))
-    raise PromptError(f"could not make a prompt of exactly {length} tokens in {MAX_ROUNDS} rounds")
+    return _grown_text(tokenizer, rng, length)
+
+
+def _grown_text(tokenizer: LocalTokenizer, rng: np.random.Generator, length: int) -> str:
+    text, count = "", 0
+    for _ in range(MAX_ROUNDS * length):
+        piece = tokenizer.decode([rng.choice(tokenizer.drawable_ids)]).strip()
+        candidate = f"{text} {piece}" if text else piece
+        counted = len(tokenizer.encode(candidate))
+        if counted <= length:
+            text, count = candidate, counted
+        if count == length:
+            return text
+    raise PromptError(f"could not make a prompt of exactly {length} tokens with this tokenizer")
 
 
 def dataset_prompts(path: str | Path, count: int, tokenizer: LocalTokenizer | None) -> list[Prompt]:

@@ -15,11 +15,16 @@ pytestmark = pytest.mark.slow  # builds a tiny checkpoint for its tokenizer
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> LocalTokenizer:
+def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2"], cwd=REPO, check=True,
+    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2", "sd3"], cwd=REPO, check=True,
                    capture_output=True)  # fmt: skip
-    return LocalTokenizer.from_dir(root / "qwen2")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_models) -> LocalTokenizer:
+    return LocalTokenizer.from_dir(tiny_models / "qwen2")
 
 
 @pytest.mark.parametrize("length", [1, 7, 128])
@@ -28,6 +33,13 @@ def test_random_prompts_have_exactly_the_input_length(tokenizer, length):
     assert {len(tokenizer.encode(p.text)) for p in prompts} == {length}
     assert {p.input_len for p in prompts} == {length}
     assert len({p.text for p in prompts}) == 20
+
+
+def test_a_tokenizer_that_rewrites_its_text_still_gets_exact_lengths(tiny_models):
+    clip = LocalTokenizer.from_dir(tiny_models / "sd3")  # lower-cases, word-level pieces: tokenizer/tokenizer.json
+    assert clip.path.parent.name == "tokenizer"
+    prompts = random_prompts(10, 16, seed=0, tokenizer=clip)
+    assert {len(clip.encode(p.text)) for p in prompts} == {16}
 
 
 def test_the_seed_decides_the_prompts(tokenizer):
