@@ -22,6 +22,7 @@ OMNI = {"stages": {"talker": {"sampling": {"max_tokens": 40}}}}
 
 
 def test_bench_serve_measures_the_echo_voice_deployment(echo_stack, tmp_path):
+    what_the_client_reads(echo_stack)
     chat_text_and_audio_on_echo_voice(echo_stack, tmp_path)
     speech_on_echo_voice(echo_stack, tmp_path)
     wrong_key_and_model(echo_stack, tmp_path)
@@ -70,6 +71,18 @@ def test_bench_serve_counts_the_failures_of_a_server_that_died(serving_stack, tm
     assert level["successful"] >= 2 and level["failed"] >= 1 and level["successful"] + level["failed"] == 40
     assert level["first_error"] and "request(s) failed" in stderr and level["first_error"] in stderr
     assert "Failed requests:" in stdout
+
+
+def what_the_client_reads(stack):
+    """The model's stages in sampling_params_list order; every answer's history row in X-Request-Id."""
+    stages = stack.http("GET", "/v1/models/echo-voice").json()["stages"]
+    assert [(stage["name"], stage["output"]) for stage in stages] == [("echo", "text"), ("voice", "audio")]
+    body = {"model": "echo", "messages": [{"role": "user", "content": "two words"}]}
+    answer = stack.http("POST", "/v1/chat/completions", json=body)
+    assert answer.headers["x-request-id"] == answer.json()["id"]
+    assert stack.http("GET", f"/api/requests/{answer.headers['x-request-id']}/").json()["output_text"] == "two words"
+    refused = stack.http("POST", "/v1/chat/completions", json={**body, "n": 3})
+    assert refused.status_code == 400 and refused.headers["x-request-id"]
 
 
 def chat_text_and_audio_on_echo_voice(stack, tmp_path):
