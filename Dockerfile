@@ -12,6 +12,7 @@ COPY control_plane control_plane
 COPY stages stages
 COPY workers workers
 COPY console console
+COPY client client
 COPY migrations migrations
 COPY manage.py ./
 # the install step scripts/setup.sh runs too (the PyTorch CPU index for the cpu extra);

@@ -44,16 +44,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,9 +57,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
-CHUNK_MS = 100
-RATE = 24000
-ANSWER_TIMEOUT_S = 300
+
+from client.bench.realtime import ANSWER_TIMEOUT_S, CHUNK_MS, RATE, Session, Turn, connect, speech_samples  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -112,24 +107,6 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # ---------------------------------------------------------------------- set-up
-
-
-def speech_samples(scratch: Path, wav: str | None) -> np.ndarray:
-    """'hello, how are you' from espeak-ng (or `wav`) at 24 kHz, or a 1.2 s voiced buzz without either."""
-    from control_plane.realtime.resampling import resample
-
-    path = Path(wav) if wav else scratch / "hello.wav"
-    if not wav and shutil.which("espeak-ng"):
-        subprocess.run(["espeak-ng", "-w", str(path), "hello, how are you"], check=True, capture_output=True)
-    if wav or path.exists():  # a named WAV that is missing fails here, not silently
-        with wave.open(str(path), "rb") as reader:
-            rate = reader.getframerate()
-            pcm = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
-        samples = resample(pcm.astype(np.float32) / 32768.0, rate, RATE)
-        voiced = np.flatnonzero(np.abs(samples) > 0.01)
-        return samples[voiced[0] : voiced[-1] + 1]  # the end of speech is the end of the samples
-    t = np.arange(int(1.2 * RATE)) / RATE
-    return (0.3 * np.sign(np.sin(2 * np.pi * 140 * t))).astype(np.float32)
 
 
 def model_dir_for(target: Target, scratch: Path, omni_model_dir: str | None) -> str:
@@ -231,7 +208,7 @@ def deploy(name: str, target: Target, model_dir: str, device: str):
 
 def prompt_of(speech: np.ndarray, family: str) -> list[dict]:
     from control_plane.realtime.conversation import Item, Part, prompt_messages
-    from control_plane.realtime.resampling import resample
+    from stages.resampling import resample
 
     item = Item(id="bench", role="user", parts=[Part(type="input_audio", samples=resample(speech, RATE, 16000))])
     return prompt_messages([item], "", family)
@@ -273,19 +250,6 @@ async def baseline(deployment, redis_url: str, messages: list[dict], concurrent:
 
 
 @dataclass
-class Turn:
-    """Client-side clock readings (perf_counter) of one turn."""
-
-    end_of_speech: float | None = None
-    speech_stopped: float | None = None
-    created: float | None = None
-    first_audio: float | None = None
-    done: float | None = None
-    audio_bytes: int = 0
-    answered: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass
 class Figures:
     after_speech: list[float] = field(default_factory=list)
     after_stop: list[float] = field(default_factory=list)
@@ -303,75 +267,9 @@ class Figures:
             self.rtf.append((turn.done - turn.created) / audio_s)
 
 
-def pcm16(samples: np.ndarray) -> str:
-    return base64.b64encode((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()).decode()
-
-
-def append_event(samples: np.ndarray) -> str:
-    return json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(samples)})
-
-
-class Session:
-    def __init__(self, ws, silence_ms: int):
-        self.ws = ws
-        self.silence_ms = silence_ms
-        self.turn = Turn()
-        self.errors = 0
-
-    async def configure(self) -> None:
-        detection = {"type": "server_vad", "silence_duration_ms": self.silence_ms, "prefix_padding_ms": 200}
-        await self.ws.send(json.dumps({"type": "session.update",
-                                       "session": {"audio": {"input": {"turn_detection": detection}}}}))  # fmt: skip
-
-    async def read(self) -> None:
-        async for raw in self.ws:
-            self.on_event(json.loads(raw), time.perf_counter())
-
-    def on_event(self, event: dict, now: float) -> None:
-        kind, turn = event["type"], self.turn
-        if kind == "error":
-            self.errors += 1
-            print("error event:", event["error"], file=sys.stderr)
-        elif kind == "input_audio_buffer.speech_stopped":
-            turn.speech_stopped = now
-        elif kind == "response.created":
-            turn.created = now
-        elif kind == "response.output_audio.delta":
-            turn.first_audio = turn.first_audio or now
-            turn.audio_bytes += len(event["delta"]) * 3 // 4
-        elif kind == "response.done":
-            turn.done = now
-            if event["response"]["status"] != "completed":
-                self.errors += 1
-                print("response ended", event["response"]["status"], event["response"]["status_details"],
-                      file=sys.stderr)  # fmt: skip
-            turn.answered.set()
-
-    async def speak(self, speech: np.ndarray) -> Turn:
-        """One turn at 1x real time: the speech, then silence until the answer is done."""
-        self.turn = turn = Turn()
-        chunk = RATE * CHUNK_MS // 1000
-        clock = time.perf_counter()
-        for start in range(0, speech.size, chunk):
-            await self.ws.send(append_event(speech[start : start + chunk]))
-            turn.end_of_speech = time.perf_counter()  # the last one sent carries the turn's last sample
-            clock += CHUNK_MS / 1000
-            await asyncio.sleep(max(0.0, clock - time.perf_counter()))
-        quiet = append_event(np.zeros(chunk, dtype=np.float32))
-        deadline = time.perf_counter() + ANSWER_TIMEOUT_S
-        while not turn.answered.is_set() and time.perf_counter() < deadline:
-            await self.ws.send(quiet)
-            clock += CHUNK_MS / 1000
-            await asyncio.sleep(max(0.0, clock - time.perf_counter()))
-        return turn
-
-
 async def one_session(base: str, secret: str, model: str, speech, turns: int, silence_ms: int, figures: Figures):
     """True when the session did every turn without an error."""
-    from websockets.asyncio.client import connect
-
-    headers = {"Authorization": f"Bearer {secret}"}
-    async with connect(f"{base}/v1/realtime?model={model}", additional_headers=headers, max_size=None) as ws:
+    async with connect(base, secret, model) as ws:
         session = Session(ws, silence_ms)
         await session.configure()
         reading = asyncio.create_task(session.read())
@@ -379,13 +277,14 @@ async def one_session(base: str, secret: str, model: str, speech, turns: int, si
             for index in range(turns):
                 turn = await session.speak(speech)
                 if turn.first_audio is None or turn.done is None:
-                    session.errors += 1
-                    print(f"a turn got no audio answer within {ANSWER_TIMEOUT_S} s", file=sys.stderr)
+                    session.errors.append(turn.error or f"a turn got no audio answer within {ANSWER_TIMEOUT_S} s")
                     continue
                 figures.add(turn, index)
         finally:
             reading.cancel()
-    return session.errors == 0
+    for error in session.errors:
+        print("session error:", error, file=sys.stderr)
+    return not session.errors
 
 
 async def concurrent_sessions(base, secret, model, speech, count: int, turns: int, silence_ms: int):
@@ -474,7 +373,7 @@ def main() -> None:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        speech = speech_samples(scratch, args.speech_wav)
+        speech = speech_samples(args.speech_wav)
         platform = start_platform(scratch, args.threads)
         try:
             for name in args.targets:

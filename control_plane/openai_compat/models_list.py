@@ -1,4 +1,7 @@
-"""GET /v1/models and GET /v1/models/{model}: the RUNNING deployments the caller may use."""
+"""GET /v1/models and GET /v1/models/{model}: the RUNNING deployments the caller may use.
+
+Beside OpenAI's fields: the pipeline, its output modalities, and its stages in the order
+`sampling_params_list` takes them (name, kind, output), so a client can address one stage."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ running_cache = invalidation.InvalidatedCache(TOPIC, ttl_s)  # one entry: the ru
 
 def model_object(deployment) -> dict:
     config = deployment.pipeline.config or {}
-    outputs = [stage.get("output") for stage in config.get("stages", []) if stage.get("output")]
+    stages = sorted(config.get("stages", []), key=lambda stage: stage.get("id", 0))
+    outputs = [stage.get("output") for stage in stages if stage.get("output")]
     return {
         "id": deployment.name,
         "object": "model",
@@ -27,6 +31,7 @@ def model_object(deployment) -> dict:
         "owned_by": "omnistage",
         "pipeline": deployment.pipeline.name,
         "modalities": list(dict.fromkeys(outputs)),
+        "stages": [{key: stage.get(key) for key in ("name", "kind", "output")} for stage in stages],
     }
 
 

@@ -37,7 +37,8 @@ def new_id(prefix: str) -> str:
 
 def served_view(route: str, *methods: str):
     """An async /v1 view that serves a request: 401/403 are answered without a row; every
-    later failure closes the run's row `failed` (a cancelled view: `cancelled`)."""
+    later failure closes the run's row `failed` (a cancelled view: `cancelled`). Every answer
+    names its history row in `X-Request-Id` (`/api/requests/{id}`)."""
 
     def decorate(view):
         @openai_endpoint(*methods)
@@ -53,6 +54,7 @@ def served_view(route: str, *methods: str):
             except Exception as error:
                 await run.fail(error)
                 response = error_response(error)
+            response.setdefault("X-Request-Id", run.request_id)
             return with_rate_limit_headers(response, run.charge.headers)
 
         return wrapper

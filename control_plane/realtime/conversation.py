@@ -18,8 +18,8 @@ import numpy as np
 
 from control_plane.inference.audio_encoding import encode_audio
 from control_plane.realtime.events import ProtocolError, new_id
-from control_plane.realtime.resampling import resample
 from control_plane.realtime.session_config import MODEL_INPUT_RATE
+from stages.resampling import resample
 
 # pipelines whose first stage reads text only: a user's message reaches them as plain text (the
 # chat templates of text models need not know content parts), a user's audio as a short note

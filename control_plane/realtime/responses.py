@@ -31,10 +31,10 @@ from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import Caller, Served
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
-from control_plane.realtime.resampling import StreamResampler
 from control_plane.realtime.sampling import entry_sampling, later_sampling
 from control_plane.realtime.session_quota import ResponseCharge
 from stages.protocol import StageRequest
+from stages.resampling import StreamResampler
 
 log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 120.0

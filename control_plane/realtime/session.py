@@ -28,12 +28,12 @@ from control_plane.realtime.conversation import (
 )
 from control_plane.realtime.events import ProtocolError, canonical_client_type, error_event, new_id, server_event
 from control_plane.realtime.input_buffer import MIN_COMMIT_MS, InputBuffer
-from control_plane.realtime.resampling import resample
 from control_plane.realtime.responses import ResponseRun, ResponseSpec
 from control_plane.realtime.session_config import MODEL_INPUT_RATE, SessionConfig, _max_tokens, _modalities, _number
 from control_plane.realtime.states import IllegalTransition, StateMachine
 from control_plane.realtime.vad import FRAME_MS, START_FRAMES, EnergyVad
 from stages.config import load_deploy_config
+from stages.resampling import resample
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from console_stack import wait_running
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.services import deployment_create
 from control_plane.inference.models import InferenceRequest
-from control_plane.realtime.resampling import resample
+from stages.resampling import resample
 
 PASSWORD = "correct horse battery"
 CAPTURE_RATE = 48000

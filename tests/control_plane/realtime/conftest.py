@@ -18,7 +18,7 @@ from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, unavail
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
-from control_plane.realtime.resampling import resample
+from stages.resampling import resample
 
 WS_MAX_MESSAGE = 16 * 1024 * 1024
 VOICE_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"options": {"delay_s": 0.01}}}}

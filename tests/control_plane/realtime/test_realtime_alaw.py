@@ -13,7 +13,7 @@ from realtime_helpers import events_until, recorded_audio, send, silence, wav_du
 from websockets.asyncio.client import connect
 
 from control_plane.realtime.audio_formats import PCMA, PCMU
-from control_plane.realtime.resampling import resample
+from stages.resampling import resample
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

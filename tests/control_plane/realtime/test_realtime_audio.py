@@ -10,8 +10,8 @@ import pytest
 
 from control_plane.realtime import g711
 from control_plane.realtime.audio_formats import PCM, PCMA, PCMU, FormatError, parse_format
-from control_plane.realtime.resampling import StreamResampler, resample
 from control_plane.realtime.vad import EnergyVad
+from stages.resampling import StreamResampler, resample
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -15,7 +15,7 @@ from realtime_helpers import chunks_of, pcm16_b64, silence, wav_duration
 
 from control_plane.inference.models import InferenceRequest
 from control_plane.realtime.audio_formats import PCMU
-from control_plane.realtime.resampling import resample
+from stages.resampling import resample
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

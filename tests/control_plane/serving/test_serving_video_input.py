@@ -6,23 +6,14 @@ host with a 400 naming its part. The history row keeps the part without its byte
 from __future__ import annotations
 
 import base64
-import subprocess
 
 import openai
 import pytest
-from procs import PYTHON, REPO
 from video_samples import video_data_url
 
 from control_plane.inference.models import InferenceRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def tiny_omni(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    return root / "qwen2_5_omni"
 
 
 def video_messages(url: str) -> list[dict]:

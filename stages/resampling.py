@@ -1,4 +1,5 @@
-"""Sample-rate conversion at the edge, streaming: chunks in, chunks out, no seams.
+"""Sample-rate conversion, streaming: chunks in, chunks out, no seams. Used at the realtime API's
+edge and by the benchmark client (`client.bench`), which both need it without Django or torch.
 
 Linear interpolation with the fractional read position carried from chunk to chunk;
 when the rate goes down, a windowed-sinc low-pass (its history carried too) runs first

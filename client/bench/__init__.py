@@ -1,0 +1,1 @@
+"""`bench serve`: a serving benchmark over the OpenAI-compatible API (docs/bench-serve.md)."""
