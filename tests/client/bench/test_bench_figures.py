@@ -10,7 +10,7 @@ from client.bench.metrics import Level, distribution
 from client.bench.options import OptionsError, ServeOptions
 from client.bench.pcm import PcmCounter
 from client.bench.record import RequestRecord
-from control_plane.openai_compat.audio_encoding import wav_header
+from control_plane.inference.audio_encoding import wav_header
 
 
 @pytest.mark.parametrize("cut", [1, 3, 7, 44, 45, 1000])
