@@ -18,8 +18,9 @@ with the paged attention on its text config only) into `ARTorchEngine`. It repro
 - the first output's params carry what the talker needs for its own positions: the prompt ids,
   image/video grids (and the videos' seconds per grid) and audio feature lengths.
 
-Text-only decode batches run in CUDA graphs; the MoE thinker of Qwen3 routes tokens with host
-syncs, so it runs eagerly.
+Text-only decode batches run in CUDA graphs. A thinker with mixture-of-experts blocks (Qwen3's)
+needs them without host syncs (`stages.ar.moe.use_grouped_moe`, which the family's loader installs);
+one left with transformers' own experts loop runs eagerly.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 
 from stages.ar.attention import use_paged_attention
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
+from stages.ar.moe import has_host_synced_moe
 from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
 from stages.config import StageDeployConfig
@@ -55,7 +57,7 @@ class ThinkerAdapter:
         self.model = thinker
         self.text_config = thinker.config.get_text_config()
         self.deepstack = deepstack
-        self.supports_cuda_graphs = not is_mixture_of_experts(self.text_config)
+        self.supports_cuda_graphs = not has_host_synced_moe(thinker.model)
 
     # -- admission ---------------------------------------------------------------------------
 
@@ -172,11 +174,6 @@ class ThinkerAdapter:
             return {}
         per_layer = [torch.cat([piece[index] for piece in pieces]) for index in range(len(pieces[0]))]
         return {"visual_pos_masks": torch.cat(masks).unsqueeze(0), "deepstack_visual_embeds": per_layer}
-
-
-def is_mixture_of_experts(config) -> bool:
-    """MoE blocks route tokens with host syncs, which CUDA graphs cannot capture."""
-    return bool(getattr(config, "num_experts", 0) or getattr(config, "num_local_experts", 0))
 
 
 def talker_position_inputs(prompt_ids: list[int], inputs: dict[str, torch.Tensor], use_audio_in_video: bool):
