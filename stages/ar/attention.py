@@ -52,26 +52,28 @@ class AttentionBatch:
     prefills: list[PrefillChunk] = field(default_factory=list)
 
 
-def register() -> None:
+def register(name: str = ATTENTION_NAME) -> None:
     from transformers import AttentionInterface
 
-    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
+    AttentionInterface.register(name, paged_attention_forward)
 
 
-def use_paged_attention(text_model: torch.nn.Module) -> None:
+def use_paged_attention(text_model: torch.nn.Module, name: str = ATTENTION_NAME) -> None:
     """Give one already-built module (the autoregressive text part of a larger model) the paged
-    attention; its siblings (audio and vision encoders) keep their own attention and masks."""
-    register()
-    text_model.config._attn_implementation = ATTENTION_NAME
+    attention; its siblings (audio and vision encoders) keep their own attention and masks. A part
+    with a cache of its own inside a model whose engine binds the cache of the rest (a talker's code
+    predictor) takes it under another `name`, so `paged_attention_modules` keeps the two apart."""
+    register(name)
+    text_model.config._attn_implementation = name
 
 
-def paged_attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The attention modules of `model` that run the paged attention (each knows its `layer_idx`)."""
+def paged_attention_modules(model: torch.nn.Module, name: str = ATTENTION_NAME) -> list[torch.nn.Module]:
+    """The attention modules of `model` that run the paged attention under `name` (each knows its `layer_idx`)."""
     return [
         module
         for module in model.modules()
         if getattr(module, "layer_idx", None) is not None
-        and getattr(getattr(module, "config", None), "_attn_implementation", None) == ATTENTION_NAME
+        and getattr(getattr(module, "config", None), "_attn_implementation", None) == name
     ]
 
 

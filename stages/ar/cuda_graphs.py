@@ -113,10 +113,9 @@ class DecodeGraphs:
         rows = self.inputs[:size]
         embeds = self.embeds[:size].unsqueeze(0) if self.takes_embeds else None
         with self.compiled.active() if self.compiled is not None else nullcontext():
-            logits, hidden = self._decode_step(
+            return self._decode_step(
                 rows[:, 0].unsqueeze(0), embeds, rows[:, 1].unsqueeze(0), rows[:, 2], rows[:, 4:], rows[:, 3]
             )
-        return ModelOutputs(logits=logits, hidden_states=hidden)
 
     def _decode_step(self, input_ids, inputs_embeds, positions, slot_mapping, block_tables, context_lens):
         mask = (self.context_positions.unsqueeze(0) < context_lens.unsqueeze(1)).unsqueeze(1).unsqueeze(1)
@@ -136,8 +135,7 @@ class DecodeGraphs:
             attention=attention,
             sequences=[],
         )
-        outputs = self.adapter.forward(inputs)
-        return outputs.logits, outputs.hidden_states
+        return self.adapter.forward(inputs)
 
     @torch.inference_mode()
     def run(
@@ -176,4 +174,5 @@ class DecodeGraphs:
         else:
             out = self._forward(size)
         hidden = tuple(h[:count] for h in out.hidden_states) if with_hidden else None
-        return ModelOutputs(logits=out.logits[:count], hidden_states=hidden)
+        last = out.last_hidden[:count] if out.last_hidden is not None else None
+        return ModelOutputs(logits=out.logits[:count], hidden_states=hidden, last_hidden=last)

@@ -14,6 +14,7 @@ whose per-step input embedding comes from a callback) passes its own adapter to 
         def embed(self, token_ids: Tensor, inputs: ModelInputs) -> Tensor: ...   # [T] -> [T, hidden]
         def forward(self, inputs: ModelInputs) -> ModelOutputs: ...
         def admit(self, seq: Sequence, request: StageRequest) -> None: ...      # optional
+        def observe(self, sequences, outputs: ModelOutputs) -> None: ...         # optional
 
 `embed` is called only when a batch needs embeddings (a request gave `inputs_embeds`, or
 `always_embed`); `inputs.sequences` says which request owns which rows, and each `Sequence` has an
@@ -22,8 +23,12 @@ whose per-step input embedding comes from a callback) passes its own adapter to 
 cache; it may rewrite `position_ids` (e.g. 3-row M-RoPE positions, see `stages/ar/mrope.py`).
 `admit` (optional) sees each request once it is a `Sequence`: it may replace the prompt rows by
 embeddings (multimodal features merged), set rotary tables and `position_delta`, and queue params
-for the first output. Decode batches of an always-embedding adapter replay CUDA graphs that read
-their rows from a static [max_batch, embeds_width] buffer.
+for the first output. `observe` (optional) sees every step's outputs with the packed
+`(sequence, first position, count)` list, eager or replayed alike: an adapter that needs a row of
+the final hidden state after the step (a talker's code predictor reads it at the next step) returns
+`last_hidden` [T, hidden] from `forward` and keeps its rows there (copies: a replayed graph's
+outputs are overwritten by the next replay). Decode batches of an always-embedding adapter replay
+CUDA graphs that read their rows from a static [max_batch, embeds_width] buffer.
 
 Loading such a module: call `stages.ar.attention.register()` first, and give only the autoregressive
 text part the paged attention, e.g. `attn_implementation={"text_config": ATTENTION_NAME, "": "sdpa"}`
@@ -64,6 +69,8 @@ class ModelOutputs:
     """[rows, vocab] for the rows in `logits_indices`."""
     hidden_states: tuple[torch.Tensor, ...] | None
     """transformers' `output_hidden_states` tuple, each [T, hidden]."""
+    last_hidden: torch.Tensor | None = None
+    """[T, hidden] the final (normed) hidden state of every row, for adapters that `observe` it."""
 
 
 class CausalLMAdapter:

@@ -73,6 +73,9 @@ class ModelRunner:
             outputs = self._run_graph(packed, wants_hidden)
         else:
             outputs = self._run_eager(packed, num_decodes, wants_hidden, needs_embeds)
+        observe = getattr(self.adapter, "observe", None)
+        if observe is not None:
+            observe(packed.owners, outputs)
         result = StepResult(logits=outputs.logits if packed.sampling else None, sampling=packed.sampling)
         if wants_hidden:
             result.hidden = self._hidden_rows(packed, outputs.hidden_states)

@@ -8,7 +8,8 @@ before its first chunk is decoded as one whole sequence (that is the async-chunk
 path, and it equals the model's own whole-sequence decoding exactly). Due windows of
 the same shape are decoded in one batched forward (`WindowDecoder.decode`); each chunk's
 audio is the window's samples for the chunk's frames, the left context and look-ahead
-cut off. A failing batch is retried request by request, so one bad request fails alone.
+cut off (a decoder may batch more widely: its `batch_key`). A failing batch is retried request by
+request, so one bad request fails alone.
 
 Audio leaves as `payloads["audio"]` (float32, mono) with `params["sample_rate"]`.
 """
@@ -66,6 +67,9 @@ class WindowDecoder(Protocol):
     def decode(self, windows: list[Window]) -> list[np.ndarray]:
         """Audio samples for each window's frames [start, end) (to the end when final)."""
 
+    # Optional: `batch_key(window) -> hashable`: windows with equal keys may share one `decode` call
+    # (default: the same start, end and finality).
+
 
 class GenerationEngine(StageEngine):
     def __init__(self, decoder: WindowDecoder, stage_deploy: StageDeployConfig, stage_id: int = 2):
@@ -99,7 +103,7 @@ class GenerationEngine(StageEngine):
     def step(self) -> list[StageOutput]:
         windows = [window for window in map(self._due_window, self.streams.values()) if window][: self.max_batch]
         outputs = []
-        for group in _same_shape_groups(windows):
+        for group in _same_shape_groups(windows, getattr(self.decoder, "batch_key", _frames_span)):
             outputs.extend(self._decode_group(group))
         return outputs
 
@@ -170,11 +174,14 @@ class GenerationEngine(StageEngine):
         return bool(self.streams)
 
 
-def _same_shape_groups(windows: list[Window]) -> list[list[Window]]:
-    groups: dict[tuple[int, int, bool], list[Window]] = {}
+def _frames_span(window: Window) -> tuple[int, int, bool]:
+    return window.start, window.end, window.final
+
+
+def _same_shape_groups(windows: list[Window], key) -> list[list[Window]]:
+    groups: dict[Any, list[Window]] = {}
     for window in windows:
-        key = (window.start, window.end, window.final)
-        groups.setdefault(key, []).append(window)
+        groups.setdefault(key(window), []).append(window)
     return list(groups.values())
 
 

@@ -8,7 +8,12 @@ The stages reproduce `Qwen3OmniMoeForConditionalGeneration.generate(..., return_
    `hidden_states[0]` (input embeddings) and `hidden_states[accept_hidden_layer]`.
 2. Talker (stages/models/qwen3_talker.py): the thinker -> talker input processor, code 0 of each
    frame on the AR engine and the 15 residual codes from the code predictor, batched across requests.
-3. Code2wav: the frames, decoded in chunks with exact left context (stages/generation/code2wav.py).
+3. Code2wav: the frames, decoded in chunks with 25 frames of left context (`CODE2WAV_LEFT_CONTEXT`),
+   batched across requests (stages/generation/code2wav.py).
+
+The thinker's and talker's mixture-of-experts blocks run without host syncs (stages/ar/moe.py), so
+their decode steps replay CUDA graphs; the code predictor runs as a batched, graph-captured loop
+(stages/models/qwen3_code_predictor.py). Every stage follows its deploy config's dtype.
 
 Inputs (stages/models/omni_inputs.py): text, audio, image and video parts; video is decoded
 with PyAV and patchified without torchvision (`use_audio_in_video=False`). The talker's M-RoPE
@@ -34,6 +39,11 @@ FAMILY = "qwen3_omni"
 THINKER, TALKER, CODE2WAV = "thinker", "talker", "code2wav"
 
 THINKER_SAMPLING = {"temperature": 0.0, "max_tokens": 256, "stop_token_ids": [151645]}
+CODE2WAV_LEFT_CONTEXT = 25
+"""Frames of left context per code2wav chunk by default: transformers' own `chunked_decode` (which
+`generate` uses beyond 300 frames) and vLLM-Omni decode with 25. "exact" (layers x (window - 1) + 8 =
+576 frames for the 30B's code2wav) makes every chunk equal the whole-sequence decode at ~11x the
+compute of a 25-frame chunk; see docs/qwen3-omni.md."""
 TALKER_SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "max_tokens": 2048}
 
 
@@ -136,6 +146,7 @@ def _dtype(stage_deploy: StageDeployConfig):
 def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from transformers import AutoTokenizer, Qwen3OmniMoeThinkerForConditionalGeneration
 
+    from stages.ar.moe import use_grouped_moe
     from stages.models.omni_thinker import build_thinker_engine
     from stages.models.omni_video_limits import deployed_limits
     from stages.models.omni_weights import load_submodule
@@ -152,6 +163,7 @@ def build_thinker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         dtype=_dtype(stage_deploy),
         dummy_seed=dummy_seed(stage_deploy),
     )
+    use_grouped_moe(thinker.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     hidden_layer = whole.talker_config.accept_hidden_layer
     return build_thinker_engine(
@@ -163,8 +175,10 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     import torch
     from transformers import Qwen3OmniMoeTalkerForConditionalGeneration
 
+    from stages.ar.moe import use_grouped_moe
     from stages.ar.torch_engine import ARTorchEngine
     from stages.models.omni_weights import load_submodule, thinker_embedding_rows
+    from stages.models.qwen3_code_predictor import CodePredictor
     from stages.models.qwen3_talker import TalkerAdapter, TalkerEngine
 
     model_dir = str(model_dir)
@@ -179,6 +193,7 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         dummy_seed=dummy_seed(stage_deploy),
     )
     talker.config.audio_config = whole.thinker_config.audio_config
+    use_grouped_moe(talker.model)
     special_ids = [whole.tts_bos_token_id, whole.tts_eos_token_id, whole.tts_pad_token_id]
     rows = thinker_embedding_rows(
         model_dir,
@@ -191,14 +206,26 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         bos, eos, pad = talker.text_projection(rows.to(_dtype(stage_deploy))[None]).chunk(3, dim=1)
     specials = {"bos": bos[0, 0], "eos": eos[0, 0], "pad": pad[0, 0]}
     eos_ids = {whole.talker_config.codec_eos_token_id}
+    options = stage_deploy.options
+    predictor = CodePredictor(
+        talker.code_predictor,
+        max_batch=stage_deploy.max_batch,
+        device=stage_deploy.device,
+        cuda_graphs=options.get("cuda_graphs", True) is True,
+        seed=int(options.get("seed", 0)),
+    )
     engine = ARTorchEngine(
-        TalkerAdapter(talker), None, stage_deploy, device=stage_deploy.device, eos_token_ids=eos_ids, stage_id=1
+        TalkerAdapter(talker, predictor),
+        None,
+        stage_deploy,
+        device=stage_deploy.device,
+        eos_token_ids=eos_ids,
+        stage_id=1,
     )
     return TalkerEngine(engine, whole, specials)
 
 
 def build_code2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
-    import torch
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeCode2Wav
 
     from stages.generation.code2wav import Code2WavDecoder
@@ -206,18 +233,35 @@ def build_code2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
+    options = stage_deploy.options
     module = load_submodule(
         model_dir,
         Qwen3OmniMoeCode2Wav,
         config(model_dir).code2wav_config,
         "code2wav.",
         device=stage_deploy.device,
-        dtype=torch.float32,
+        dtype=_dtype(stage_deploy),
         dummy_seed=dummy_seed(stage_deploy),
     )
-    left = stage_deploy.options.get("code2wav_left_context")
-    decoder = Code2WavDecoder(module, device=stage_deploy.device, left_context=None if left is None else int(left))
+    decoder = Code2WavDecoder(
+        module,
+        device=stage_deploy.device,
+        left_context=_left_context(options.get("code2wav_left_context", CODE2WAV_LEFT_CONTEXT)),
+        cuda_graphs=options.get("cuda_graphs", True) is True,
+        max_graphs=int(options.get("code2wav_max_graphs", 64)),
+        max_batch=stage_deploy.max_batch,
+    )
     return GenerationEngine(decoder, stage_deploy, stage_id=2)
+
+
+def _left_context(value) -> int | None:
+    """`options.code2wav_left_context`: frames of left context per chunk, or "exact" (None: the decoder's
+    exact context, with which a chunked decode equals the whole-sequence one)."""
+    if value == "exact":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("options.code2wav_left_context", f'must be a number of frames >= 0 or "exact", got {value!r}')
+    return value
 
 
 family = Qwen3OmniFamily()

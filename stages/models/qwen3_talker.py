@@ -19,10 +19,12 @@ Dataflow of `Qwen3OmniMoeForConditionalGeneration.generate(..., return_audio=Tru
 - sampling: top_k 50, top_p 1.0, temperature 0.9, repetition penalty 1.05 over the generated code-0s
   only (the prompt's stand-in ids are suppressed ones, so the penalty cannot touch them), the top 1024
   ids except codec_eos suppressed, stop on codec_eos (2150). The code predictor is greedy when the
-  talker is greedy, else top_k 50 / top_p 0.8 (transformers' global RNG: sampled residuals are not
-  seeded per request).
+  talker is greedy, else top_k 50 / top_p 0.8, drawn from the request's seed
+  (stages/models/qwen3_code_predictor.py: one batched, graph-captured loop per talker step).
 
-The talker's text model is a mixture of experts that routes tokens with host syncs: no CUDA graphs.
+The talker's text model is a mixture of experts; with its blocks' host-sync-free forward
+(`stages.ar.moe.use_grouped_moe`, installed by the family's loader) its decode steps replay CUDA
+graphs. The last hidden state the predictor reads comes out of the step (`observe`), eager or replayed.
 """
 
 from __future__ import annotations
@@ -31,34 +33,37 @@ import torch
 
 from stages.ar.attention import use_paged_attention
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
+from stages.ar.moe import has_host_synced_moe
 from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
 from stages.errors import InvalidRequest
 from stages.models.omni_talker import OmniTalkerEngine, ThinkerRows
+from stages.models.qwen3_code_predictor import CodePredictor
 from stages.protocol import StageOutput
 from stages.tensors import to_wire
 
 REPETITION_PENALTY = 1.05
-PREDICTOR_SAMPLING = {"top_k": 50, "top_p": 0.8}
 
 
 class TalkerAdapter:
     always_embed = True
-    supports_cuda_graphs = False
 
-    def __init__(self, talker):
+    def __init__(self, talker, predictor: CodePredictor):
         use_paged_attention(talker.model)
         self.model = talker
+        self.predictor = predictor
         self.text_config = talker.config.text_config
         self.embeds_width = self.text_config.hidden_size
+        self.supports_cuda_graphs = not has_host_synced_moe(talker.model)
 
     def embed(self, token_ids: torch.Tensor, inputs: ModelInputs) -> torch.Tensor:
         """Code-0 embeddings of the packed tokens; at generated positions the frame's whole embedding plus
-        the request's trailing text row. The newest position's residual codes are drawn here (batched);
-        positions computed before (recomputed after a preemption) reuse their rows."""
+        the request's trailing text row. The newest positions' residual codes are drawn here, all in one
+        batch of the code predictor; positions computed before (recomputed after a preemption) reuse
+        their rows."""
         embeds = self.model.get_input_embeddings()(token_ids)
         rows, values, newest = [], [], []
-        for first, (seq, start, count) in zip(_first_rows(inputs), inputs.sequences, strict=True):
+        for first, (seq, start, count) in zip(_row_starts(inputs.sequences), inputs.sequences, strict=True):
             known = seq.extra.setdefault("input_rows", {})
             for position in range(max(start, seq.num_prompt_tokens), start + count):
                 row = first + position - start
@@ -67,13 +72,10 @@ class TalkerAdapter:
                     values.append(known[position])
                 else:
                     newest.append((row, seq, position))
-        for greedy in (True, False):
-            group = [item for item in newest if item[1].sampling.greedy == greedy]
-            if not group:
-                continue
-            index = torch.tensor([row for row, _, _ in group], dtype=torch.long, device=embeds.device)
-            frames = self._frame_embeddings(embeds[index], [seq for _, seq, _ in group], greedy)
-            for (row, seq, position), frame in zip(group, frames, strict=True):
+        if newest:
+            index = torch.tensor([row for row, _, _ in newest], dtype=torch.long, device=embeds.device)
+            frames = self._frame_embeddings(embeds[index], newest)
+            for (row, seq, position), frame in zip(newest, frames, strict=True):
                 value = frame + seq.extra["trailing"](position - seq.num_prompt_tokens).to(frame.dtype)
                 seq.extra["input_rows"][position] = value
                 rows.append(row)
@@ -83,54 +85,53 @@ class TalkerAdapter:
             embeds = embeds.index_copy(0, index, torch.stack(values).to(embeds.dtype))
         return embeds
 
-    def _frame_embeddings(self, code0_embeds: torch.Tensor, seqs: list[Sequence], greedy: bool) -> torch.Tensor:
-        predictor = self.model.code_predictor
-        last_hidden = torch.stack([seq.extra["last_hidden"] for seq in seqs])
-        result = predictor.generate(
-            inputs_embeds=torch.stack([last_hidden, code0_embeds], dim=1),
-            max_new_tokens=self.model.config.num_code_groups - 1,
-            do_sample=not greedy,
-            output_hidden_states=True,
-            return_dict_in_generate=True,
-            **({} if greedy else PREDICTOR_SAMPLING),
+    def _frame_embeddings(self, code0_embeds: torch.Tensor, newest: list[tuple[int, Sequence, int]]) -> torch.Tensor:
+        """Residual codes of the frames whose code 0 sits at these positions; their summed embeddings."""
+        seqs = [seq for _, seq, _ in newest]
+        codes, frames = self.predictor.run(
+            torch.stack([seq.extra["last_hidden"] for seq in seqs]),
+            code0_embeds,
+            seeds=[seq.extra["predictor_seed"] for seq in seqs],
+            frames=[position - seq.num_prompt_tokens for _, seq, position in newest],
+            greedy=[seq.sampling.greedy for seq in seqs],
         )
-        residual = result.sequences.to(code0_embeds.device)  # [B, 15]
-        mids = [hidden[0] for hidden in result.hidden_states[1:]]  # what the predictor fed itself
-        last = predictor.get_input_embeddings()[-1](residual[..., -1:])
-        for seq, codes in zip(seqs, residual.tolist(), strict=True):
-            seq.extra["frame"] = [seq.token_ids[-1], *codes]
-        return torch.cat([code0_embeds[:, None], *mids, last], dim=1).sum(1)
+        for seq, residual in zip(seqs, codes, strict=True):
+            seq.extra["frame"] = [seq.token_ids[-1], *residual]
+        return frames
 
     def forward(self, inputs: ModelInputs) -> ModelOutputs:
-        talker = self.model
-        out = talker.model(
+        out = self.model.model(
             inputs_embeds=inputs.inputs_embeds,
             position_ids=rope_position_ids(inputs),
             use_cache=False,
             ar_batch=inputs.attention,
-            output_hidden_states=True,
         )
-        last_layer = out.hidden_states[-1][0]
-        for seq, row in _sampling_rows(inputs):
-            seq.extra["last_hidden"] = last_layer[row]
-        rows = out.last_hidden_state[0]
-        if inputs.logits_indices is not None:
-            rows = rows[inputs.logits_indices]
-        return ModelOutputs(logits=talker.codec_head(rows), hidden_states=None)
+        last = out.last_hidden_state[0]  # what transformers' talker hands its code predictor
+        rows = last if inputs.logits_indices is None else last[inputs.logits_indices]
+        return ModelOutputs(logits=self.model.codec_head(rows), hidden_states=None, last_hidden=last)
+
+    def observe(self, sequences: list[tuple[Sequence, int, int]], outputs: ModelOutputs) -> None:
+        """Keep the last hidden state of each sequence that samples this step (its next frame's input)."""
+        sampling = _sampling_rows(sequences)
+        if sampling:
+            index = torch.tensor([row for _, row in sampling], dtype=torch.long, device=outputs.last_hidden.device)
+            picked = outputs.last_hidden.index_select(0, index)
+            for (seq, _), row in zip(sampling, picked, strict=True):
+                seq.extra["last_hidden"] = row
 
 
-def _first_rows(inputs: ModelInputs) -> list[int]:
+def _row_starts(sequences: list[tuple[Sequence, int, int]]) -> list[int]:
     rows, row = [], 0
-    for _, _, count in inputs.sequences:
+    for _, _, count in sequences:
         rows.append(row)
         row += count
     return rows
 
 
-def _sampling_rows(inputs: ModelInputs) -> list[tuple[Sequence, int]]:
+def _sampling_rows(sequences: list[tuple[Sequence, int, int]]) -> list[tuple[Sequence, int]]:
     """(sequence, packed row) of the sequences that sample this step: their last known token is computed."""
     found = []
-    for row, (seq, start, count) in zip(_first_rows(inputs), inputs.sequences, strict=True):
+    for row, (seq, start, count) in zip(_row_starts(sequences), sequences, strict=True):
         if start + count == seq.num_tokens and seq.input_finished:
             found.append((seq, row + count - 1))
     return found
@@ -178,6 +179,8 @@ class TalkerEngine(OmniTalkerEngine):
         seq = self.engine.add_sequence(request_id, stand_in, prompt, rows.sampling, stage_id=rows.stage_id)
         seq.suppressed_token_ids = self.suppressed
         seq.extra["trailing"] = trailing
+        seed = rows.sampling.seed
+        seq.extra["predictor_seed"] = self.engine.adapter.predictor.draw_seed() if seed is None else seed
         self._positions(seq, rows, talker_ids)
         return seq
 

@@ -37,7 +37,10 @@ def test_omni_code2wav_chunks_equal_whole_sequence(omni_models):
     from stages.models.qwen3_omni import build_code2wav
 
     codes = np.random.default_rng(0).integers(0, 2048, size=(60, 16)).astype(np.int32)
-    engine = build_code2wav(omni_models["qwen3_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=10))
+    exact = {"code2wav_left_context": "exact"}
+    engine = build_code2wav(
+        omni_models["qwen3_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=10, options=exact)
+    )
 
     def make(part, seq, finished):
         return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, payloads={"codes": to_wire(part)})
@@ -48,6 +51,65 @@ def test_omni_code2wav_chunks_equal_whole_sequence(omni_models):
     chunked = _audio(outputs)
     assert chunked.shape == whole.shape
     assert np.allclose(chunked, whole, rtol=1e-5, atol=1e-6 * np.abs(whole).max())
+
+
+def test_qwen3_code2wav_batches_windows_of_requests_at_different_points(omni_models):
+    """Windows of equal span length share one forward whatever their starts: three requests streamed one
+    step apart are decoded together (windows at different frames in one batch), and each one's audio
+    equals its decode alone."""
+    from stages.models.qwen3_omni import build_code2wav
+
+    deploy = StageDeployConfig(first_chunk_size=3, async_chunk_size=5, options={"code2wav_left_context": 4})
+    rng = np.random.default_rng(5)
+    streams = {name: rng.integers(0, 2048, size=(33, 16)).astype(np.int32) for name in ("a", "b", "c")}
+
+    def make(name, part, seq, finished):
+        payloads = {"codes": to_wire(part)}
+        return StageRequest(request_id=name, stage_id=2, seq=seq, finished=finished, payloads=payloads)
+
+    def run(names):
+        engine = build_code2wav(omni_models["qwen3_omni"], deploy)
+        decode, calls = engine.decoder.decode, []
+        engine.decoder.decode = lambda windows: calls.append([w.start for w in windows]) or decode(windows)
+        audio = {name: [] for name in names}
+        fed = dict.fromkeys(names, 0)
+        for step in range(40):
+            for offset, name in enumerate(names):
+                begin = 5 * (step - offset)
+                if 0 <= begin < 33 and fed[name] * 5 == begin:
+                    part = streams[name][begin : begin + 5]
+                    request = make(name, part, fed[name], begin + 5 >= 33)
+                    (engine.add_request if fed[name] == 0 else engine.add_chunk)(request)
+                    fed[name] += 1
+            for output in engine.step():
+                assert output.error is None
+                audio[output.request_id].append(to_numpy(output.payloads["audio"]))
+        assert not engine.has_unfinished()
+        return {name: np.concatenate(parts) for name, parts in audio.items()}, calls
+
+    together, calls = run(["a", "b", "c"])
+    assert any(len(set(starts)) > 1 for starts in calls)
+    for name in ("a", "b", "c"):
+        alone, _ = run([name])
+        assert together[name].shape == alone[name].shape
+        assert np.allclose(together[name], alone[name], rtol=1e-5, atol=1e-6 * np.abs(alone[name]).max())
+
+
+def test_qwen3_code2wav_left_context_option(omni_models):
+    """25 frames of left context by default (transformers' chunked_decode, vLLM-Omni), "exact" for the
+    receptive field, any count of frames; anything else fails the build naming the option."""
+    from stages.errors import ConfigError
+    from stages.models.qwen3_omni import build_code2wav
+
+    def left_context(options):
+        return build_code2wav(omni_models["qwen3_omni"], StageDeployConfig(options=options)).decoder.left_context
+
+    assert left_context({}) == 25
+    assert left_context({"code2wav_left_context": 7}) == 7
+    assert left_context({"code2wav_left_context": "exact"}) == 2 * (72 - 1) + 8
+    with pytest.raises(ConfigError) as refused:
+        left_context({"code2wav_left_context": "all"})
+    assert refused.value.field == "options.code2wav_left_context"
 
 
 def test_omni_token2wav_chunks_within_documented_tolerance(omni_models):

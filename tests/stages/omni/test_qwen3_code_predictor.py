@@ -1,0 +1,128 @@
+"""The Qwen3-Omni code predictor engine (`stages.models.qwen3_code_predictor`) against transformers'
+`code_predictor.generate`, and its per-request seeded sampling.
+
+The predictor is built from the tiny Qwen3-Omni talker config with seeded random weights (two copies:
+transformers' and ours, whose attention is switched to the paged one). Greedy residual codes and the
+frame embeddings they sum to must equal transformers'; sampled codes must depend only on the request's
+seed and frame index (not on its batch), and follow the top-k filter.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+BATCH = 5
+
+
+@pytest.fixture(scope="module")
+def predictors():
+    import torch
+    from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+        Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration as Predictor,
+    )
+
+    from stages.tiny.qwen_omni import qwen3_omni_config
+
+    config = qwen3_omni_config().talker_config.code_predictor_config
+    config.num_hidden_layers = 2
+    config.layer_types = ["full_attention"] * 2
+    torch.manual_seed(0)
+    reference = Predictor(config).eval()
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.copy_(torch.randn(parameter.shape) * 0.2)
+    return reference, copy.deepcopy(reference)
+
+
+def _inputs(width: int, count: int = BATCH, seed: int = 0):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(count, width, generator=generator), torch.randn(count, width, generator=generator)
+
+
+def _engine(module, max_batch=8):
+    from stages.models.qwen3_code_predictor import CodePredictor
+
+    return CodePredictor(module, max_batch=max_batch, device="cpu")
+
+
+def test_greedy_codes_and_frame_embeddings_equal_transformers(predictors):
+    import torch
+
+    reference, ours = predictors
+    engine = _engine(ours)
+    hidden, code0 = _inputs(reference.config.hidden_size)
+    with torch.no_grad():
+        result = reference.generate(
+            inputs_embeds=torch.stack([hidden, code0], dim=1),
+            max_new_tokens=reference.config.num_code_groups - 1,
+            do_sample=False,
+            output_hidden_states=True,
+            return_dict_in_generate=True,
+        )
+        expected_codes = result.sequences
+        mids = [step[0] for step in result.hidden_states[1:]]
+        last = reference.get_input_embeddings()[-1](expected_codes[..., -1:])
+        expected_frames = torch.cat([code0[:, None], *mids, last], dim=1).sum(1)
+    codes, frames = engine.run(hidden, code0, seeds=[0] * BATCH, frames=[0] * BATCH, greedy=[True] * BATCH)
+    assert codes == expected_codes.tolist()
+    assert torch.allclose(frames, expected_frames, rtol=1e-5, atol=1e-6)
+
+
+def test_batches_larger_than_the_largest_graph_run_in_parts(predictors):
+    import torch
+
+    _, ours = predictors
+    engine = _engine(ours, max_batch=2)
+    hidden, code0 = _inputs(ours.config.hidden_size)
+    whole_codes, whole_frames = _engine(ours).run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)
+    codes, frames = engine.run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)
+    assert codes == whole_codes
+    assert torch.allclose(frames, whole_frames, rtol=1e-5, atol=1e-6)
+
+
+def test_sampled_codes_depend_on_the_seed_and_frame_only(predictors):
+    """A request's sampled codes are the same whatever else shares its batch (and wherever its row is);
+    another seed or another frame index draws other codes."""
+    _, ours = predictors
+    engine = _engine(ours)
+    hidden, code0 = _inputs(ours.config.hidden_size)
+    seeds, frames = [11, 12, 13, 14, 15], [0, 3, 3, 7, 9]
+    codes, _ = engine.run(hidden, code0, seeds, frames, [False] * BATCH)
+    alone, _ = engine.run(hidden[2:3], code0[2:3], seeds[2:3], frames[2:3], [False])
+    assert alone[0] == codes[2]
+    reversed_codes, _ = engine.run(hidden.flip(0), code0.flip(0), seeds[::-1], frames[::-1], [False] * BATCH)
+    assert reversed_codes[::-1] == codes
+    other_seed, _ = engine.run(hidden[2:3], code0[2:3], [99], frames[2:3], [False])
+    other_frame, _ = engine.run(hidden[2:3], code0[2:3], seeds[2:3], [4], [False])
+    assert other_seed[0] != codes[2] and other_frame[0] != codes[2]
+    greedy, _ = engine.run(hidden[2:3], code0[2:3], seeds[2:3], frames[2:3], [True])
+    assert greedy[0] != codes[2]
+
+
+def test_a_mixed_batch_keeps_greedy_rows_greedy(predictors):
+    _, ours = predictors
+    engine = _engine(ours)
+    hidden, code0 = _inputs(ours.config.hidden_size)
+    greedy_codes, _ = engine.run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)
+    mixed, _ = engine.run(hidden, code0, [1] * BATCH, [0] * BATCH, [True, False, True, False, True])
+    assert [mixed[i] for i in (0, 2, 4)] == [greedy_codes[i] for i in (0, 2, 4)]
+
+
+def test_sampled_codes_come_from_the_top_k_and_follow_the_distribution():
+    """The Gumbel-max draw over the filtered logits: only top-k candidates are drawn, and over many
+    keys each candidate's frequency follows its softmax probability."""
+    import torch
+
+    from stages.models.qwen3_code_predictor import TOP_K, gumbel_noise
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    keys = torch.stack([torch.arange(4000), torch.zeros(4000, dtype=torch.long)], dim=1)
+    candidates = torch.arange(4).expand(4000, 4)
+    draws = (logits + gumbel_noise(keys, 0, candidates)).argmax(-1)
+    frequencies = torch.bincount(draws, minlength=4).float() / 4000
+    assert torch.allclose(frequencies, logits.softmax(-1)[0], atol=0.03)
+    assert TOP_K == 50
