@@ -4,6 +4,8 @@
     python benchmarks/omni_pipeline.py --device cuda --model 7b-shaped --text 128 --codes 512
     python benchmarks/omni_pipeline.py --device cuda --model 7b-shaped --text 128 --codes 512 \
         --warmups 2 --code2wav-autocast dit --chunk 96 --compile --code2wav-compile   # the GPU recipe
+    python benchmarks/omni_pipeline.py --device cuda --family qwen3_omni --model 30b-shaped --prompt-tokens 100 \
+        --text 100 --codes 300 --concurrency 1 8 16 32   # Qwen3-Omni-30B-A3B's bars
 
 Prints, for transformers (sequential) and Omnistage at concurrency 1, 4 and 8: requests/s, TTFT, TTFP,
 E2EL and RTF (wall seconds per second of audio), the mean per-stage durations, plus the throughput ratio
@@ -15,12 +17,17 @@ GPU); token2wav runs in `--code2wav-dtype` (float32 by default) on both sides; `
 (transformers stays in float32), and new token2wav graph captures are logged. `--compile` and
 `--code2wav-compile` turn on `options.compile` (AR stages) and `token2wav_compile`; `--log-windows`
 logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
+`--model 30b-shaped` (with `--family qwen3_omni`) serves `qwen3_omni_30b_a3b` the same way; transformers'
+copy runs first and is freed before Omnistage loads (both do not fit at once). `--prompt-tokens N` pads
+the user message to an N-token prompt. Every stage's max batch is the largest concurrency; failed
+requests are counted per concurrency.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import statistics
 import sys
@@ -39,16 +46,21 @@ def model_dir_for(args, root: Path) -> Path:
 
     if args.model == "tiny":
         return build_all(root, only=[args.family])[args.family]
-    if args.family != "qwen2_5_omni":
-        raise SystemExit("--model 7b-shaped is only defined for qwen2_5_omni")
-    return build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"]
+    name, family = REAL_SHAPED[args.model]
+    if args.family != family:
+        raise SystemExit(f"--model {args.model} is only defined for --family {family}")
+    return build_all(root, only=[name], builders=REAL_SHAPES)[name]
+
+
+REAL_SHAPED = {"7b-shaped": ("qwen2_5_omni_7b", "qwen2_5_omni"), "30b-shaped": ("qwen3_omni_30b_a3b", "qwen3_omni")}
+"""--model -> (real-shape directory of `python -m stages.tiny --real-shapes`, its family)."""
 
 
 def load_format(args) -> str:
-    return "dummy" if args.model == "7b-shaped" else "auto"
+    return "auto" if args.model == "tiny" else "dummy"
 
 
-def transformers_run(args, model_dir: Path, n_text: int, n_codes: int, repeats: int) -> list[dict]:
+def transformers_run(args, model_dir: Path, messages: list[dict], n_text: int, n_codes: int, repeats: int):
     import torch
 
     family, device = args.family, args.device
@@ -66,8 +78,7 @@ def transformers_run(args, model_dir: Path, n_text: int, n_codes: int, repeats: 
         kwargs = {"speaker": "ethan"}
     model = transformers_model(Model, model_dir, args)
     proc = processor(str(model_dir))
-    proc = processor(str(model_dir))
-    text = proc.tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    text = proc.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     inputs = proc(text=text, return_tensors="pt").to(device)
 
     def one(text: int, codes: int) -> dict:
@@ -104,24 +115,27 @@ def transformers_model(model_class, model_dir: Path, args):
 
     config = model_class.config_class.from_pretrained(model_dir)
     model = build_random(lambda: model_class._from_config(config, dtype=torch.bfloat16), device=args.device, seed=0)
-    model.token2wav.to(getattr(torch, args.code2wav_dtype))
-    model.load_speakers(model_dir / "spk_dict.pt")
+    if hasattr(model, "token2wav"):  # Qwen2.5-Omni; Qwen3-Omni's code2wav stays bf16, as transformers loads it
+        model.token2wav.to(getattr(torch, args.code2wav_dtype))
+        model.load_speakers(model_dir / "spk_dict.pt")
     return model
 
 
 def deploy_config(args, n_text: int, n_codes: int) -> dict:
-    """Batch 8 on every stage, caches sized for 8 requests of this length, the chunking of the args."""
+    """The largest concurrency as every stage's max batch, caches sized for requests of this length, the
+    chunking of the args."""
+    batch = max(args.concurrency)
     ar = {
         "device": args.device,
         "dtype": "bfloat16" if args.device.startswith("cuda") else "float32",
-        "max_batch": 8,
-        "max_length": 1024 if n_text + n_codes < 900 else 4096,
+        "max_batch": batch,
+        "max_length": 1024 if args.prompt_tokens + n_text + n_codes < 900 else 4096,
         "kv_memory_mb": 4096 if args.device.startswith("cuda") else 256,
     }
     code2wav = {
         "device": args.device,
         "dtype": args.code2wav_dtype,
-        "max_batch": 8,
+        "max_batch": batch,
         "max_length": max(2048, n_codes + 64),
         "first_chunk_size": args.first_chunk,
         "async_chunk_size": args.chunk,
@@ -135,21 +149,27 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
     return {"stages": {**stages, "code2wav": code2wav}}
 
 
-async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) -> None:
+async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None, messages: list[dict]) -> None:
     """One pipeline (engines loaded once, warmed up once), then each concurrency level in turn."""
     from stages.omni import AsyncOmni
 
     n_text, n_codes = args.text, args.codes
+    began = time.perf_counter()
     async with AsyncOmni(model_dir, deploy=deploy, load_format=load_format(args)) as omni:
+        print(f"omnistage: stages built in {time.perf_counter() - began:.1f} s", flush=True)
 
         async def one(index: int) -> dict:
             start = time.perf_counter()
-            result = await omni.generate_all(
-                MESSAGES,
-                {"temperature": 0, "max_tokens": n_text, "min_tokens": n_text},
-                request_id=f"bench-{index}-{time.monotonic_ns()}",
-                stage_sampling={"talker": {"temperature": 0, "max_tokens": n_codes, "min_tokens": n_codes}},
-            )
+            try:
+                result = await omni.generate_all(
+                    messages,
+                    {"temperature": 0, "max_tokens": n_text, "min_tokens": n_text},
+                    request_id=f"bench-{index}-{time.monotonic_ns()}",
+                    stage_sampling={"talker": {"temperature": 0, "max_tokens": n_codes, "min_tokens": n_codes}},
+                )
+            except Exception as error:  # counted, not fatal: the bars ask for the failures
+                logging.getLogger("benchmark").warning("request %s failed: %s", index, error)
+                return {"failed": True, "e2el_s": time.perf_counter() - start, "audio_s": 0}
             metrics = dict(result.metrics)
             metrics["audio_s"] = 0 if result.audio is None else len(result.audio) / 24000
             metrics["e2el_s"] = metrics.get("e2el_s", time.perf_counter() - start)
@@ -169,15 +189,43 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None) 
 
 
 MESSAGES = [{"role": "user", "content": "Tell me a short story about the sea."}]
+FILLER = "The old lighthouse keeper watched the grey waves roll in from the north while gulls circled above."
+
+
+def prompt_messages(model_dir: Path, family: str, tokens: int) -> list[dict]:
+    """MESSAGES, or a user message of filler words padded so the templated prompt has about `tokens` tokens."""
+    if not tokens:
+        return MESSAGES
+    if family == "qwen2_5_omni":
+        from stages.models.qwen2_5_omni import processor
+    else:
+        from stages.models.qwen3_omni import processor
+    tokenizer = processor(str(model_dir)).tokenizer
+    words = ((FILLER + " ") * (tokens // 4 + 8)).split()
+
+    def length(count: int) -> int:
+        messages = [{"role": "user", "content": " ".join(words[:count])}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    low, high = 1, len(words)
+    while low < high:  # the most words whose prompt fits in `tokens`
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if length(middle) <= tokens else (low, middle - 1)
+    print(f"prompt: {length(low)} tokens ({low} words)", flush=True)
+    return [{"role": "user", "content": " ".join(words[:low])}]
 
 
 def summary(name: str, results: list[dict], wall: float) -> dict:
+    failed = sum(1 for r in results if r.get("failed"))
+    results = [r for r in results if not r.get("failed")] or [{"e2el_s": float("nan"), "audio_s": 0}]
     rps = len(results) / wall
     mean = lambda key: statistics.mean(r.get(key, float("nan")) for r in results)  # noqa: E731
-    rtf = statistics.mean(r["e2el_s"] / r["audio_s"] for r in results if r["audio_s"])
+    rtfs = [r["e2el_s"] / r["audio_s"] for r in results if r["audio_s"]]
+    rtf = statistics.mean(rtfs) if rtfs else float("nan")
     print(
         f"{name:28s} req/s {rps:7.3f}  TTFT {mean('ttft_s'):7.3f}s  TTFP {mean('ttfp_s'):7.3f}s  "
-        f"E2EL {mean('e2el_s'):7.3f}s  RTF {rtf:6.3f}  audio {mean('audio_s'):5.2f}s",
+        f"E2EL {mean('e2el_s'):7.3f}s  RTF {rtf:6.3f}  audio {mean('audio_s'):5.2f}s  failed {failed}",
         flush=True,
     )
     if len(results) <= 4:
@@ -191,7 +239,7 @@ def summary(name: str, results: list[dict], wall: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model", default="tiny", choices=["tiny", "7b-shaped"])
+    parser.add_argument("--model", default="tiny", choices=["tiny", "7b-shaped", "30b-shaped"])
     parser.add_argument("--family", default="qwen2_5_omni", choices=["qwen2_5_omni", "qwen3_omni"])
     parser.add_argument("--text", type=int, default=32)
     parser.add_argument("--codes", type=int, default=64)
@@ -223,6 +271,7 @@ def main() -> None:
     )
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--prompt-tokens", type=int, default=0, help="pad the user message to this many tokens")
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
     parser.add_argument(
         "--model-dir",
@@ -241,13 +290,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)
         model_dir = model_dir_for(args, root)
+        messages = prompt_messages(model_dir, args.family, args.prompt_tokens)
         base = None
         if not args.skip_hf:
-            hf = transformers_run(args, model_dir, args.text, args.codes, args.repeats)
-            base = summary("transformers (sequential)", hf, sum(r["e2el_s"] for r in hf))
+            began = time.perf_counter()
+            hf = transformers_run(args, model_dir, messages, args.text, args.codes, args.repeats)
+            gc.collect()  # transformers' copy of the weights is gone before Omnistage loads its own
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
-        asyncio.run(omnistage_run(args, model_dir, deploy, base))
+                print(f"GPU memory after freeing transformers: {torch.cuda.memory_allocated() / 2**30:.1f} GiB")
+            base = summary("transformers (sequential)", hf, sum(r["e2el_s"] for r in hf))
+            print(f"{'':28s} (built, warmed and run in {time.perf_counter() - began:.0f} s)", flush=True)
+        asyncio.run(omnistage_run(args, model_dir, deploy, base, messages))
 
 
 if __name__ == "__main__":

@@ -141,8 +141,7 @@ class GroupedMoE:
     def _combine(self, rows: torch.Tensor, order: torch.Tensor, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Rows in expert order -> each token's weighted sum over its k experts, in x's dtype."""
         scaled = rows * weights.reshape(-1)[order].unsqueeze(-1)
-        unsorted = torch.empty_like(scaled)
-        unsorted[order] = scaled
+        unsorted = torch.empty_like(scaled).index_copy_(0, order, scaled)
         return unsorted.view(x.shape[0], self.top_k, -1).sum(dim=1, dtype=torch.float32).to(x.dtype)
 
 
