@@ -271,10 +271,10 @@ def check_talker(args, config) -> None:
     for dtype in ("float32", args.dtype):
         compare_predictor(args, predictor, hidden, code0, getattr(torch, dtype))
     seeds, frames = list(range(rows)), [5] * rows
-    first, _ = predictor.run(hidden, code0, seeds, frames, [False] * rows)
-    again, _ = predictor.run(hidden, code0, seeds, frames, [False] * rows)
+    first = predictor.run(hidden, code0, seeds, frames, [False] * rows)[0].tolist()
+    again = predictor.run(hidden, code0, seeds, frames, [False] * rows)[0].tolist()
     report("code predictor: seeded sampling reproducible", first == again, f"{rows} rows, seeds 0..{rows - 1}")
-    step_ms = timed(lambda: predictor.run(hidden, code0, seeds, frames, [False] * rows), args.device, 20)
+    step_ms = timed(lambda: predictor.run(hidden, code0, seeds, frames, [False] * rows)[0].tolist(), args.device, 20)
     report("code predictor: 15 codes x 8 rows", True, f"{step_ms:.2f} ms per frame (replay, host copies included)")
     del engine, ar, talker
     free(args.device)
@@ -299,7 +299,7 @@ def compare_predictor(args, predictor, hidden, code0, dtype) -> None:
             output_hidden_states=True,
             return_dict_in_generate=True,
         )
-    codes, _ = ours.run(hidden.to(dtype), code0.to(dtype), [0] * rows, [0] * rows, [True] * rows)
+    codes = ours.run(hidden.to(dtype), code0.to(dtype), [0] * rows, [0] * rows, [True] * rows)[0].tolist()
     expected = result.sequences.tolist()
     equal = sum(int(a == b) for ra, rb in zip(codes, expected, strict=True) for a, b in zip(ra, rb, strict=True))
     total = rows * len(expected[0])
@@ -377,12 +377,10 @@ def main() -> None:
     torch.manual_seed(0)
     whole = config(args.model_dir)
     began = time.perf_counter()
-    if "moe" not in args.skip:
-        check_moe_blocks(args, whole)
-    if "thinker" not in args.skip:
-        check_thinker(args, whole)
-    if "talker" not in args.skip:
-        check_talker(args, whole)
+    for name, check in (("moe", check_moe_blocks), ("thinker", check_thinker), ("talker", check_talker)):
+        if name not in args.skip:
+            check(args, whole)
+            free(args.device)
     if "code2wav" not in args.skip:
         check_code2wav(args)
     failed = [name for name, passed, _ in RESULTS if not passed]

@@ -80,20 +80,21 @@ class CodePredictor:
     @torch.inference_mode()
     def run(
         self, hidden: torch.Tensor, code0_embeds: torch.Tensor, seeds: list[int], frames: list[int], greedy: list[bool]
-    ) -> tuple[list[list[int]], torch.Tensor]:
-        """The residual codes of n frames ([n] lists of 15) and each frame's summed code embeddings
-        [n, width] (code 0's embedding plus the predictor's embeddings of codes 1..15, the talker's next
-        input as transformers sums it). Inputs: the talker's last hidden state and code 0's embedding per
-        row, each row's seed, frame index and whether it decodes greedily."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual codes of n frames ([n, 15] on the device: reading them waits for the loop, so a
+        caller reads them once it syncs anyway) and each frame's summed code embeddings [n, width] (code
+        0's embedding plus the predictor's embeddings of codes 1..15, the talker's next input as
+        transformers sums it). Inputs: the talker's last hidden state and code 0's embedding per row,
+        each row's seed, frame index and whether it decodes greedily."""
         codes, embeds = [], []
         for first in range(0, hidden.shape[0], self.sizes[-1]):
             rows = slice(first, first + self.sizes[-1])
             part_codes, part_embeds = self._run_rows(
                 hidden[rows], code0_embeds[rows], seeds[rows], frames[rows], greedy[rows]
             )
-            codes += part_codes
+            codes.append(part_codes)
             embeds.append(part_embeds)
-        return codes, torch.cat(embeds)
+        return torch.cat(codes), torch.cat(embeds)
 
     def _run_rows(self, hidden, code0_embeds, seeds, frames, greedy):
         count = hidden.shape[0]
@@ -101,14 +102,14 @@ class CodePredictor:
         self.hidden[:count].copy_(hidden)
         self.code0[:count].copy_(code0_embeds)
         keys = torch.tensor([[seed, frame] for seed, frame in zip(seeds, frames, strict=True)], dtype=torch.long)
-        self.keys[:count].copy_(keys)
-        self.greedy[:count].copy_(torch.tensor(greedy, dtype=torch.bool))
+        self.keys[:count].copy_(keys, non_blocking=True)
+        self.greedy[:count].copy_(torch.tensor(greedy, dtype=torch.bool), non_blocking=True)
         if size in self.graphs:
             self.graphs[size].replay()
             codes, embeds = self.outputs[size]
         else:
             codes, embeds = self._frames(size)
-        return codes[:count].tolist(), embeds[:count].clone()
+        return codes[:count].clone(), embeds[:count].clone()
 
     @torch.inference_mode()
     def _capture(self) -> None:

@@ -96,7 +96,7 @@ class TalkerAdapter:
             greedy=[seq.sampling.greedy for seq in seqs],
         )
         for seq, residual in zip(seqs, codes, strict=True):
-            seq.extra["frame"] = [seq.token_ids[-1], *residual]
+            seq.extra["frame"] = (seq.token_ids[-1], residual)  # read once the step's sampler synced
         return frames
 
     def forward(self, inputs: ModelInputs) -> ModelOutputs:
@@ -196,7 +196,9 @@ class TalkerEngine(OmniTalkerEngine):
         frame = rows.seq.extra.pop("frame", None)
         output.token_ids = []
         if frame is not None:
-            output.payloads = {**output.payloads, "codes": to_wire(torch.tensor([frame], dtype=torch.int32))}
+            code0, residual = frame
+            codes = torch.tensor([[code0, *residual.tolist()]], dtype=torch.int32)
+            output.payloads = {**output.payloads, "codes": to_wire(codes)}
         elif not output.finished:
             return None
         return output

@@ -68,7 +68,7 @@ def test_greedy_codes_and_frame_embeddings_equal_transformers(predictors):
         last = reference.get_input_embeddings()[-1](expected_codes[..., -1:])
         expected_frames = torch.cat([code0[:, None], *mids, last], dim=1).sum(1)
     codes, frames = engine.run(hidden, code0, seeds=[0] * BATCH, frames=[0] * BATCH, greedy=[True] * BATCH)
-    assert codes == expected_codes.tolist()
+    assert codes.tolist() == expected_codes.tolist()
     assert torch.allclose(frames, expected_frames, rtol=1e-5, atol=1e-6)
 
 
@@ -80,7 +80,7 @@ def test_batches_larger_than_the_largest_graph_run_in_parts(predictors):
     hidden, code0 = _inputs(ours.config.hidden_size)
     whole_codes, whole_frames = _engine(ours).run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)
     codes, frames = engine.run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)
-    assert codes == whole_codes
+    assert torch.equal(codes, whole_codes)
     assert torch.allclose(frames, whole_frames, rtol=1e-5, atol=1e-6)
 
 
@@ -91,15 +91,15 @@ def test_sampled_codes_depend_on_the_seed_and_frame_only(predictors):
     engine = _engine(ours)
     hidden, code0 = _inputs(ours.config.hidden_size)
     seeds, frames = [11, 12, 13, 14, 15], [0, 3, 3, 7, 9]
-    codes, _ = engine.run(hidden, code0, seeds, frames, [False] * BATCH)
-    alone, _ = engine.run(hidden[2:3], code0[2:3], seeds[2:3], frames[2:3], [False])
+    codes = engine.run(hidden, code0, seeds, frames, [False] * BATCH)[0].tolist()
+    alone = engine.run(hidden[2:3], code0[2:3], seeds[2:3], frames[2:3], [False])[0].tolist()
     assert alone[0] == codes[2]
-    reversed_codes, _ = engine.run(hidden.flip(0), code0.flip(0), seeds[::-1], frames[::-1], [False] * BATCH)
-    assert reversed_codes[::-1] == codes
-    other_seed, _ = engine.run(hidden[2:3], code0[2:3], [99], frames[2:3], [False])
-    other_frame, _ = engine.run(hidden[2:3], code0[2:3], seeds[2:3], [4], [False])
+    flipped = engine.run(hidden.flip(0), code0.flip(0), seeds[::-1], frames[::-1], [False] * BATCH)[0].tolist()
+    assert flipped[::-1] == codes
+    other_seed = engine.run(hidden[2:3], code0[2:3], [99], frames[2:3], [False])[0].tolist()
+    other_frame = engine.run(hidden[2:3], code0[2:3], seeds[2:3], [4], [False])[0].tolist()
     assert other_seed[0] != codes[2] and other_frame[0] != codes[2]
-    greedy, _ = engine.run(hidden[2:3], code0[2:3], seeds[2:3], frames[2:3], [True])
+    greedy = engine.run(hidden[2:3], code0[2:3], seeds[2:3], frames[2:3], [True])[0].tolist()
     assert greedy[0] != codes[2]
 
 
@@ -107,8 +107,8 @@ def test_a_mixed_batch_keeps_greedy_rows_greedy(predictors):
     _, ours = predictors
     engine = _engine(ours)
     hidden, code0 = _inputs(ours.config.hidden_size)
-    greedy_codes, _ = engine.run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)
-    mixed, _ = engine.run(hidden, code0, [1] * BATCH, [0] * BATCH, [True, False, True, False, True])
+    greedy_codes = engine.run(hidden, code0, [0] * BATCH, [0] * BATCH, [True] * BATCH)[0].tolist()
+    mixed = engine.run(hidden, code0, [1] * BATCH, [0] * BATCH, [True, False, True, False, True])[0].tolist()
     assert [mixed[i] for i in (0, 2, 4)] == [greedy_codes[i] for i in (0, 2, 4)]
 
 
