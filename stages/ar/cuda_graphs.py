@@ -12,7 +12,8 @@ With `capture=False` the same static-buffer step runs eagerly (on any device): t
 check the padding and masking of graph batches on CPU against transformers. With `compile=True` the
 step's decoder layers run one `torch.compile`d layer (`compiled_layers.py`; Inductor fuses the
 norms, rotary embeddings and activations, so each replay launches far fewer kernels); if
-compilation fails, the uncompiled step is captured instead.
+compilation fails, the uncompiled step is captured instead. A size whose capture fails (logged) and
+every smaller one run the same static-buffer step eagerly.
 """
 
 from __future__ import annotations
@@ -89,8 +90,13 @@ class DecodeGraphs:
             self._warm_up(size)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.outputs[size] = self._forward(size)
+            try:
+                with torch.cuda.graph(graph, pool=pool):
+                    self.outputs[size] = self._forward(size)
+            except Exception:
+                logger.exception("capturing the decode step of batch %d failed; batches up to it run eagerly", size)
+                self.outputs.pop(size, None)
+                break
             pool = graph.pool() if pool is None else pool
             self.graphs[size] = graph
         torch.cuda.synchronize()
@@ -168,7 +174,7 @@ class DecodeGraphs:
             self._copied.record()
         if embeds is not None:
             self.embeds[:count].copy_(embeds)
-        if self.capture:
+        if size in self.graphs:
             self.graphs[size].replay()
             out = self.outputs[size]
         else:

@@ -10,7 +10,8 @@ per batch row (row r owns block r + 1; block 0 is the null block), overwritten b
 prefill's two positions of a row run as two rows of one decode batch (each with its own mask), so
 a frame is 15 forwards of the predictor's layers, each over the whole batch, and every shape in it
 is static: on CUDA the whole loop, sampling included, is captured in one CUDA graph per bucketed
-batch size (1, 2, 4, 8, 16, ... as the AR engine's decode graphs) and replayed once per talker step.
+batch size (1, 2, 4, 8, 16, ... as the AR engine's decode graphs) and replayed once per talker step
+(a size that fails to capture, logged, and every smaller one run the same loop eagerly).
 
 Sampling (the talker's `do_sample` decides, as in transformers: a greedy talker has a greedy
 predictor): greedy is the argmax; sampled is transformers' warpers for the predictor (temperature 1,
@@ -23,6 +24,7 @@ A request without a seed gets one from the talker engine (`draw_seed`).
 
 from __future__ import annotations
 
+import logging
 import random
 
 import torch
@@ -31,6 +33,8 @@ from stages.ar.attention import AttentionBatch, paged_attention_modules, use_pag
 from stages.ar.cuda_graphs import bucket_sizes
 from stages.ar.kv_cache import KVCacheShape, PagedKVCache
 from stages.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 TOP_K = 50
 TOP_P = 0.8
@@ -118,8 +122,13 @@ class CodePredictor:
             self._frames(size)  # lazy initialisations outside the capture
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.outputs[size] = self._frames(size)
+            try:
+                with torch.cuda.graph(graph, pool=pool):
+                    self.outputs[size] = self._frames(size)
+            except Exception:
+                logger.exception("capturing the code predictor for batch %d failed; batches up to it run eagerly", size)
+                self.outputs.pop(size, None)
+                break
             pool = graph.pool() if pool is None else pool
             self.graphs[size] = graph
         torch.cuda.synchronize()

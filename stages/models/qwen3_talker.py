@@ -75,8 +75,9 @@ class TalkerAdapter:
         if newest:
             index = torch.tensor([row for row, _, _ in newest], dtype=torch.long, device=embeds.device)
             frames = self._frame_embeddings(embeds[index], newest)
-            for (row, seq, position), frame in zip(newest, frames, strict=True):
-                value = frame + seq.extra["trailing"](position - seq.num_prompt_tokens).to(frame.dtype)
+            trailing = [seq.extra["trailing"](position - seq.num_prompt_tokens) for _, seq, position in newest]
+            summed = frames + torch.stack(trailing).to(frames.dtype)
+            for (row, seq, position), value in zip(newest, summed, strict=True):
                 seq.extra["input_rows"][position] = value
                 rows.append(row)
                 values.append(value)
@@ -95,8 +96,8 @@ class TalkerAdapter:
             frames=[position - seq.num_prompt_tokens for _, seq, position in newest],
             greedy=[seq.sampling.greedy for seq in seqs],
         )
-        for seq, residual in zip(seqs, codes, strict=True):
-            seq.extra["frame"] = (seq.token_ids[-1], residual)  # read once the step's sampler synced
+        for (_, seq, position), residual in zip(newest, codes, strict=True):
+            seq.extra["frame"] = (seq.token_ids[position], residual)  # read once the step's sampler synced
         return frames
 
     def forward(self, inputs: ModelInputs) -> ModelOutputs:
