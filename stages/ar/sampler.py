@@ -64,18 +64,28 @@ class Sampler:
         return seen
 
     def _suppress(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        """Suppressed ids never, and EOS and the stop ids not before `min_tokens` (logits edited in place)."""
-        rows, columns = [], []
-        for row, seq in enumerate(seqs):
-            banned = list(seq.suppressed_token_ids)
-            if seq.num_output_tokens < seq.sampling.min_tokens:
-                banned += self._banned_early(seq)
-            rows += [row] * len(banned)
-            columns += banned
-        if rows:
-            device = logits.device
-            logits[torch.tensor(rows, device=device), torch.tensor(columns, device=device)] = float("-inf")
-        return logits
+        """Suppressed ids never, and EOS and the stop ids not before `min_tokens` (logits edited in place).
+        Each sequence keeps its banned ids as a [vocab] mask on the device (a talker bans a thousand codes
+        at every step): one stack and one masked fill per step."""
+        masks = [self._banned_mask(seq, logits.shape[-1]) for seq in seqs]
+        if all(mask is None for mask in masks):
+            return logits
+        allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+        banned = torch.stack([allowed if mask is None else mask for mask in masks])
+        return logits.masked_fill_(banned, float("-inf"))
+
+    def _banned_mask(self, seq: Sequence, vocab: int) -> torch.Tensor | None:
+        early = seq.num_output_tokens < seq.sampling.min_tokens
+        cached = seq.extra.get("banned_mask")
+        if cached is None or cached[0] is not seq.suppressed_token_ids or cached[1] != early:
+            banned = list(seq.suppressed_token_ids) + (self._banned_early(seq) if early else [])
+            mask = None
+            if banned:
+                mask = torch.zeros(vocab, dtype=torch.bool, device=self.device)
+                mask[torch.tensor(banned, dtype=torch.long).to(self.device)] = True
+            cached = (seq.suppressed_token_ids, early, mask)
+            seq.extra["banned_mask"] = cached
+        return cached[2]
 
     def _banned_early(self, seq: Sequence) -> list[int]:
         if "banned_early" not in seq.extra:
