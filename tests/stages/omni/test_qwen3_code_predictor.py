@@ -126,3 +126,31 @@ def test_sampled_codes_come_from_the_top_k_and_follow_the_distribution():
     frequencies = torch.bincount(draws, minlength=4).float() / 4000
     assert torch.allclose(frequencies, logits.softmax(-1)[0], atol=0.03)
     assert TOP_K == 50
+
+
+def test_the_same_seed_gives_the_same_audio(omni_models):
+    """Through the whole Qwen3-Omni chain with a sampling talker: a request's codes (code 0 from the talker,
+    residuals from the predictor) and audio follow its seed alone, batched with another request or not
+    (that another seed draws other codes is `test_sampled_codes_depend_on_the_seed_and_frame_only`)."""
+    import numpy as np
+    from conftest import run_chain
+
+    from stages.protocol import SamplingParams, StageRequest
+
+    def request(name):
+        return StageRequest(
+            request_id=name,
+            messages=[{"role": "user", "content": [{"type": "text", "text": "Hello, tell me a story."}]}],
+            sampling=SamplingParams(temperature=0, max_tokens=6, stop_token_ids=[151645]),
+        )
+
+    def run(names, seed):
+        talker = SamplingParams(temperature=0.9, top_k=50, max_tokens=12, min_tokens=12, seed=seed)
+        deploy = {"first_chunk_size": 3, "async_chunk_size": 4, "max_batch": 4}
+        return run_chain("qwen3_omni", omni_models["qwen3_omni"], [request(n) for n in names], talker, deploy)
+
+    together = run(["a", "b"], seed=7)
+    alone = run(["a"], seed=7)["a"]
+    assert len(alone["codes"]) == 11  # the last code 0 gets no residuals: it leaves no frame
+    assert together["a"]["codes"] == together["b"]["codes"] == alone["codes"]
+    assert np.allclose(together["a"]["audio"], alone["audio"], rtol=1e-5, atol=1e-6 * np.abs(alone["audio"]).max())
