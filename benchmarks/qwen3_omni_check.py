@@ -1,9 +1,8 @@
 """Qwen3-Omni at its real shapes: the MoE blocks, the thinker's logits, the code predictor, code2wav and
 the CUDA graphs, each against transformers' own modules. Prints one line per check and PASS/FAIL.
 
-    python -m stages.tiny --real-shapes /tmp/real
-    PYTHONPATH=. python3 benchmarks/qwen3_omni_check.py --model-dir /tmp/real/qwen3_omni_30b_a3b --device cuda
-    PYTHONPATH=. python3 benchmarks/qwen3_omni_check.py --model-dir var/models/qwen3_omni --load-format auto  # tiny, CPU
+    python3 benchmarks/qwen3_omni_check.py --device cuda     # writes the real-shape configs to a temp dir
+    python3 benchmarks/qwen3_omni_check.py --model-dir var/models/qwen3_omni --load-format auto  # tiny, CPU
 
 Checks (random weights: `load_format dummy`, bf16 on CUDA):
 
@@ -28,7 +27,12 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS: list[tuple[str, bool, str]] = []
 
@@ -364,7 +368,9 @@ def free(device: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model-dir", required=True)
+    parser.add_argument(
+        "--model-dir", help="default: the real-shape qwen3_omni_30b_a3b configs, written to a temporary folder"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--load-format", default="dummy", choices=["dummy", "auto"])
@@ -376,7 +382,17 @@ def main() -> None:
     from stages.models.qwen3_omni import config
 
     torch.manual_seed(0)
-    whole = config(args.model_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model_dir is None:
+            from stages.tiny import REAL_SHAPES, build_all
+
+            args.model_dir = str(
+                build_all(tmp, only=["qwen3_omni_30b_a3b"], builders=REAL_SHAPES)["qwen3_omni_30b_a3b"]
+            )
+        run_checks(args, config(args.model_dir))
+
+
+def run_checks(args, whole) -> None:
     began = time.perf_counter()
     for name, check in (("moe", check_moe_blocks), ("thinker", check_thinker), ("talker", check_talker)):
         if name not in args.skip:
