@@ -25,6 +25,7 @@ def test_bench_serve_speaks_realtime_turns(voice_stack, spoken_hello, tmp_path):
                       "--endpoint", "realtime", "--speech-wav", str(speech), "--concurrency", "2",
                       "--num-prompts", "2", "--warmups", "0")  # fmt: skip
     assert run.code == 0, run.stderr
+    voice_stack.history_written()
     (level,) = run.levels()
     assert (level["successful"], level["failed"]) == (2, 0)
     assert all(level[metric] for metric in METRICS), {metric: level[metric] for metric in METRICS}

@@ -36,6 +36,7 @@ def test_bench_serve_measures_the_tiny_omni(serving_stack, tiny_omni, tmp_path):
                       "--modalities", "text,audio", "--concurrency", "2", "--num-prompts", "2", "--input-len", "8",
                       "--output-len", "4", "--audio-frames", "20", "--ignore-eos")  # fmt: skip
     assert run.code == 0, run.stderr
+    serving_stack.history_written()
     assert "exactly 8 tokens" in run.stdout and "(the deployment's)" in run.stdout
     (level,) = run.levels()
     assert all(level[metric] for metric in METRICS), {metric: level[metric] for metric in METRICS}
@@ -89,6 +90,7 @@ def chat_text_and_audio_on_echo_voice(stack, tmp_path):
     run = bench_serve(stack.base, stack.user_secret, tmp_path, "--model", "echo-voice", "--modalities", "text,audio",
                       "--concurrency", "1", "2", "--num-prompts", "3", "--input-len", "6")  # fmt: skip
     assert run.code == 0, run.stderr
+    stack.history_written()
     counts = [(level["concurrency"], level["successful"], level["failed"]) for level in run.levels()]
     assert counts == [(1, 3, 0), (2, 3, 0)]
     for level in run.levels():
@@ -106,6 +108,7 @@ def speech_on_echo_voice(stack, tmp_path):
     run = bench_serve(stack.base, stack.user_secret, tmp_path, "--model", "echo-voice", "--endpoint", "speech",
                       "--concurrency", "2", "--num-prompts", "2", "--input-len", "5", "--warmups", "0")  # fmt: skip
     assert run.code == 0, run.stderr
+    stack.history_written()
     for request in run.requests():
         assert request["ok"] and request["audio_ttfp_ms"] < request["e2el_ms"]
         assert request["audio_seconds"] == pytest.approx(recorded_audio_seconds(request["request_id"]), abs=1e-4)

@@ -60,6 +60,7 @@ def test_a_dummy_weight_omni_deployment_answers_with_text_and_audio(serving_stac
     assert message.content and (reply.usage.completion_tokens - audio_tokens, audio_tokens) == (8, 24)
     with wave.open(io.BytesIO(base64.b64decode(message.audio.data))) as audio:
         assert audio.getframerate() == 24000 and audio.getnframes() > 0
+    serving_stack.history_written()
     row = InferenceRequest.objects.get(request_id=reply.id)
     assert row.status == "completed"
     assert {"thinker", "talker", "code2wav"} <= set(row.stage_metrics)

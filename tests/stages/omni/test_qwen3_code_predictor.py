@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import run_chain
 
 BATCH = 5
 
@@ -133,7 +134,6 @@ def test_the_same_seed_gives_the_same_audio(omni_models):
     residuals from the predictor) and audio follow its seed alone, batched with another request or not
     (that another seed draws other codes is `test_sampled_codes_depend_on_the_seed_and_frame_only`)."""
     import numpy as np
-    from conftest import run_chain
 
     from stages.protocol import SamplingParams, StageRequest
 
