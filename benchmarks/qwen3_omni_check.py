@@ -25,6 +25,7 @@ Checks (random weights: `load_format dummy`, bf16 on CUDA):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import sys
@@ -196,15 +197,29 @@ def check_thinker(args, config) -> None:
     text_config._attn_implementation = implementation
     use_grouped_moe(thinker.model)
     errors = [rel_l2(a, b) for a, b in zip(ours, theirs, strict=True)]
-    agree = sum(int(a.argmax() == b.argmax()) for a, b in zip(ours, theirs, strict=True)) / len(errors)
+    decided, disagreed = top1_where_decided(ours, theirs)
     report(
         "thinker: logits vs transformers (100+32 tokens)",
-        max(errors) <= 3e-2 and agree >= 0.9,
-        f"rel-L2 max {max(errors):.2e} mean {sum(errors) / len(errors):.2e}; top-1 equal {agree:.0%}; "
-        f"{replays[0]} of 32 steps replayed a graph",
+        max(errors) <= 3e-2 and disagreed == 0,
+        f"rel-L2 max {max(errors):.2e} mean {sum(errors) / len(errors):.2e}; top-1 equal at {decided - disagreed} "
+        f"of the {decided} positions whose top-1 leads by more than twice the largest logit difference "
+        f"(random weights leave the others within bf16 noise); {replays[0]} of 32 steps replayed a graph",
     )
     del engine, thinker
     free(args.device)
+
+
+def top1_where_decided(ours, theirs) -> tuple[int, int]:
+    """Positions where transformers' top-1 leads its runner-up by more than twice the largest
+    difference between the two logit rows (so rounding cannot swap them), and how many of those
+    our top-1 disagrees with."""
+    decided = disagreed = 0
+    for a, b in zip(ours, theirs, strict=True):
+        top2 = b.topk(2).values
+        if top2[0] - top2[1] > 2 * float((a - b).abs().max()):
+            decided += 1
+            disagreed += int(a.argmax() != b.argmax())
+    return decided, disagreed
 
 
 def count_calls(owner, name: str) -> list[int]:
@@ -321,7 +336,8 @@ def compare_predictor(args, predictor, hidden, code0, dtype) -> None:
 
 def check_code2wav(args) -> None:
     for dtype in ("float32", "bfloat16") if args.device.startswith("cuda") else ("float32",):
-        check_code2wav_in(args, dtype)
+        with exact_float32(args.device, dtype):  # from the build on: graphs keep the kernels they captured
+            check_code2wav_in(args, dtype)
         free(args.device)
 
 
@@ -340,16 +356,39 @@ def check_code2wav_in(args, dtype: str) -> None:
     graphs, decoder.graphs = decoder.graphs, None
     alone = [decoder.decode([window])[0] for window in windows[:8]]
     decoder.graphs = graphs
-    worst = max(float(np.abs(a - b).max() / (np.abs(b).max() + 1e-9)) for a, b in zip(batched, alone, strict=True))
+    if dtype == "float32":  # TF32 off: batching and padding must not change a sample beyond float32 rounding
+        worst = max(float(np.abs(a - b).max() / (np.abs(b).max() + 1e-9)) for a, b in zip(batched, alone, strict=True))
+        bound, measure = 1e-4, "max diff / max |audio|"
+    else:  # bf16 kernels accumulate in a batch-size-dependent order: compare whole windows
+        worst = max(
+            float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-9)) for a, b in zip(batched, alone, strict=True)
+        )
+        bound, measure = 3e-2, "rel-L2"
     timings = []
     for batch in (1, 8, 32):
         ms = timed(lambda batch=batch: decoder.decode(windows[:batch]), args.device, 5)
         timings.append(f"batch {batch}: {ms:.1f} ms ({ms / batch:.1f} per window)")
     report(
         f"code2wav {dtype}: batched graph == one at a time",
-        worst <= (1e-3 if dtype == "float32" else 3e-2),
-        f"max diff / max |audio| {worst:.1e}; windows of 25 frames + 25 left + 2 ahead: " + ", ".join(timings),
+        worst <= bound,
+        f"{measure} {worst:.1e}; windows of 25 frames + 25 left + 2 ahead: " + ", ".join(timings),
     )
+
+
+@contextlib.contextmanager
+def exact_float32(device: str, dtype: str):
+    """TF32 off for a float32 comparison on CUDA (cuDNN's convolutions use it by default)."""
+    if dtype != "float32" or not device.startswith("cuda"):
+        yield
+        return
+    import torch
+
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _with_dtype(stage_deploy, dtype: str):
