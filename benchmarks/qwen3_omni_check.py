@@ -269,17 +269,24 @@ def check_talker(args, config) -> None:
     from stages.models.qwen3_omni import build_talker
 
     began = time.perf_counter()
-    engine = build_talker(args.model_dir, deploy(args, max_batch=8, max_length=1024, kv_memory_mb=512))
+    options = {"compile": args.compile}
+    engine = build_talker(args.model_dir, deploy(args, max_batch=8, max_length=1024, kv_memory_mb=512, options=options))
     report("talker: built", True, f"{time.perf_counter() - began:.1f} s (weights, graph captures)")
     ar = engine.engine
     predictor = ar.adapter.predictor
     if args.device.startswith("cuda"):
         check_captured("talker", ar.runner.graphs)
+        captured = sorted({size for size, _ in predictor.graphs})
         report(
-            "code predictor: loop captured at every batch size",
-            sorted(predictor.graphs) == predictor.sizes,
-            f"captured {sorted(predictor.graphs)} of {predictor.sizes}",
+            "code predictor: loop captured at every batch size, greedy and sampled",
+            captured == predictor.sizes and len(predictor.graphs) == 2 * len(captured),
+            f"captured {captured} of {predictor.sizes}",
         )
+        for size in (1, 8):
+            graph = ar.runner.graphs.graphs.get(size)
+            if graph is not None:
+                ms = timed(graph.replay, args.device, 20)
+                report(f"talker: one decode step at batch {size}", True, f"{ms:.2f} ms (graph replay)")
     talker = ar.adapter.model
     rows = 8
     generator = torch.Generator(device=args.device).manual_seed(0)
@@ -294,8 +301,21 @@ def check_talker(args, config) -> None:
     first = predictor.run(hidden, code0, seeds, frames, [False] * rows)[0].tolist()
     again = predictor.run(hidden, code0, seeds, frames, [False] * rows)[0].tolist()
     report("code predictor: seeded sampling reproducible", first == again, f"{rows} rows, seeds 0..{rows - 1}")
-    step_ms = timed(lambda: predictor.run(hidden, code0, seeds, frames, [False] * rows)[0].tolist(), args.device, 20)
-    report("code predictor: 15 codes x 8 rows", True, f"{step_ms:.2f} ms per frame (replay, host copies included)")
+    for batch in (1, rows):
+        for greedy in (True, False):
+            ms = timed(
+                lambda batch=batch, greedy=greedy: predictor.run(
+                    hidden[:batch], code0[:batch], seeds[:batch], frames[:batch], [greedy] * batch
+                )[0].tolist(),
+                args.device,
+                20,
+            )
+            what = "greedy" if greedy else "sampled"
+            report(
+                f"code predictor: 15 codes x {batch} rows, {what}",
+                True,
+                f"{ms:.2f} ms per frame (host copies included)",
+            )
     del engine, ar, talker
     free(args.device)
 
@@ -413,6 +433,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
     parser.add_argument("--load-format", default="dummy", choices=["dummy", "auto"])
+    parser.add_argument(
+        "--compile", action="store_true", help="the talker's options.compile (its layers and the code predictor's)"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["moe", "thinker", "talker", "code2wav"])
     args = parser.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")

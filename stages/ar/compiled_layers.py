@@ -30,21 +30,21 @@ from contextlib import contextmanager
 
 import torch
 
-from stages.ar.attention import paged_attention_modules
+from stages.ar.attention import ATTENTION_NAME, paged_attention_modules
 
 RECOMPILE_LIMIT = 64
 """Compiled graphs per decoder-layer class in one process: graph batch sizes x models sharing it."""
 
 
-def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules whose `self_attn` runs the paged attention, in model order."""
-    attentions = set(paged_attention_modules(model))
+def decoder_layers(model: torch.nn.Module, attention: str = ATTENTION_NAME) -> list[torch.nn.Module]:
+    """The modules whose `self_attn` runs the paged attention (registered as `attention`), in model order."""
+    attentions = set(paged_attention_modules(model, attention))
     return [module for module in model.modules() if getattr(module, "self_attn", None) in attentions]
 
 
 class CompiledLayers:
-    def __init__(self, model: torch.nn.Module):
-        self.layers = decoder_layers(model)
+    def __init__(self, model: torch.nn.Module, attention: str = ATTENTION_NAME):
+        self.layers = decoder_layers(model, attention)
         if not self.layers:
             raise ValueError(f"{type(model).__name__} has no decoder layers with the paged attention to compile")
         _drop_output_capturing_hooks(model, self.layers)

@@ -2,9 +2,9 @@
 
 transformers' eager experts loop over the experts a batch hit (`nonzero()` and `torch.where` read
 the routing on the host), so a step that routes through them cannot be captured in a CUDA graph.
-`use_grouped_moe(model)` replaces the `forward` of every sparse MoE block of a Qwen3-Omni thinker
-or talker (transformers' modules and weights are kept, only the instance's `forward` changes) with
-`GroupedMoE`, which runs every step as the same fixed sequence of device operations:
+`use_grouped_moe(model)` puts a `GroupedMoE` in the place of every sparse MoE block of a Qwen3-Omni
+thinker or talker (over transformers' own router and expert modules and weights), which runs every
+step as the same fixed sequence of device operations:
 
 1. routing as transformers' router computes it: logits `x @ gate.weight.T`, softmax in float32,
    top-k, renormalised when the config's `norm_topk_prob` says so, cast back to the logits' dtype;
@@ -55,57 +55,67 @@ def has_host_synced_moe(model: torch.nn.Module) -> bool:
     any MoE block left with transformers' own forward (CUDA graphs cannot capture those)."""
     for module in model.modules():
         is_moe = hasattr(module, "experts") and hasattr(module, "gate")
-        if is_moe and not isinstance(module.__dict__.get("forward"), GroupedMoE):
+        if is_moe and not isinstance(module, GroupedMoE):
             return True
     return False
 
 
 def use_grouped_moe(model: torch.nn.Module, kernel: str | None = None) -> str | None:
-    """Give every sparse MoE block of `model` the host-sync-free forward; returns the kernel chosen
+    """Put a `GroupedMoE` in the place of every sparse MoE block of `model`; returns the kernel chosen
     (`grouped_mm` or `padded_bmm`; None when the model has no MoE block). `kernel` forces one."""
-    blocks = moe_blocks(model)
-    chosen = None
-    for block in blocks:
-        moe = GroupedMoE(block, kernel)
-        block.forward = moe
-        chosen = moe.kernel
-    if blocks:
-        logger.info("%s: %d MoE blocks run without host syncs (%s)", type(model).__name__, len(blocks), chosen)
+    chosen, count = None, 0
+    for name, block in list(model.named_modules()):
+        if type(block).__name__ in MOE_BLOCKS:
+            moe = GroupedMoE(block, kernel)
+            _replace(model, name, moe)
+            chosen, count = moe.kernel, count + 1
+    if count:
+        logger.info("%s: %d MoE blocks run without host syncs (%s)", type(model).__name__, count, chosen)
     return chosen
 
 
 def remove_grouped_moe(model: torch.nn.Module) -> None:
-    """transformers' own forward again on every block (e.g. to compare against it)."""
-    for block in moe_blocks(model):
-        block.__dict__.pop("forward", None)
+    """transformers' own blocks again (e.g. to compare against them)."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, GroupedMoE):
+            _replace(model, name, module.original)
 
 
-class GroupedMoE:
-    """The forward of one sparse MoE block, installed as the block's `forward` attribute."""
+def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, module)
+
+
+class GroupedMoE(torch.nn.Module):
+    """One sparse MoE block's computation over the block's own router and experts (registered under
+    the block's names, so the weights keep their keys). Its forward is the class's: under
+    `torch.compile` every layer's block is the same code, and the decoder layers of a model share
+    one compiled graph (a callable installed per block would specialise each layer)."""
 
     def __init__(self, block: torch.nn.Module, kernel: str | None = None):
-        self.router, self.experts = block.gate, block.experts  # their weights are read at every call
-        self.top_k = self.router.top_k
-        self.normalize = bool(getattr(self.router, "norm_topk_prob", True))
-        self.num_experts = self.experts.num_experts
-        self.act = self.experts.act_fn
+        super().__init__()
+        self.gate, self.experts = block.gate, block.experts  # their weights are read at every call
         self.shared_expert = getattr(block, "shared_expert", None)
-        self.shared_gate = getattr(block, "shared_expert_gate", None)
+        self.shared_expert_gate = getattr(block, "shared_expert_gate", None)
+        self.top_k = self.gate.top_k
+        self.normalize = bool(getattr(self.gate, "norm_topk_prob", True))
+        self.num_experts = self.experts.num_experts
         self.kernel = kernel or choose_kernel(self.experts.gate_up_proj, self.experts.down_proj)
-        self._experts = self._grouped if self.kernel == GROUPED_MM else self._padded
+        self.__dict__["original"] = block  # not a submodule: `remove_grouped_moe` puts it back
 
-    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         shape = hidden_states.shape
         x = hidden_states.reshape(-1, shape[-1])
         weights, chosen = self.route(x)
-        out = self._experts(x, chosen, weights)
+        experts = self._grouped if self.kernel == GROUPED_MM else self._padded
+        out = experts(x, chosen, weights)
         if self.shared_expert is not None:
-            out = out + torch.sigmoid(self.shared_gate(x)) * self.shared_expert(x)
+            out = out + torch.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return out.reshape(shape)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights [N, k] in the logits' dtype, expert ids [N, k]) as transformers' router computes them."""
-        logits = F.linear(x, self.router.weight)
+        logits = F.linear(x, self.gate.weight)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         weights, chosen = torch.topk(probs, self.top_k, dim=-1)
         if self.normalize:
@@ -124,7 +134,7 @@ class GroupedMoE:
         order, _, ends = self._dispatch(chosen)
         rows = x[order // self.top_k]  # [N*k, H], grouped by expert
         gate, up = grouped_mm(rows, self.experts.gate_up_proj.transpose(-2, -1), ends).chunk(2, dim=-1)
-        down = grouped_mm(self.act(gate) * up, self.experts.down_proj.transpose(-2, -1), ends)
+        down = grouped_mm(self.experts.act_fn(gate) * up, self.experts.down_proj.transpose(-2, -1), ends)
         return self._combine(down, order, weights, x)
 
     def _padded(self, x: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -135,7 +145,7 @@ class GroupedMoE:
         padded = x.new_zeros((self.num_experts, tokens, x.shape[-1]))
         padded[sorted_experts, rank] = x[order // self.top_k]
         gate, up = torch.bmm(padded, self.experts.gate_up_proj.transpose(-2, -1)).chunk(2, dim=-1)
-        down = torch.bmm(self.act(gate) * up, self.experts.down_proj.transpose(-2, -1))
+        down = torch.bmm(self.experts.act_fn(gate) * up, self.experts.down_proj.transpose(-2, -1))
         return self._combine(down[sorted_experts, rank], order, weights, x)
 
     def _combine(self, rows: torch.Tensor, order: torch.Tensor, weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

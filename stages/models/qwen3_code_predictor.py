@@ -11,12 +11,17 @@ prefill's two positions of a row run as two rows of one decode batch (each with 
 a frame is 15 forwards of the predictor's layers, each over the whole batch, and every shape in it
 is static: on CUDA the whole loop, sampling included, is captured in one CUDA graph per bucketed
 batch size (1, 2, 4, 8, 16, ... as the AR engine's decode graphs) and replayed once per talker step
-(a size that fails to capture, logged, and every smaller one run the same loop eagerly).
+(a size that fails to capture, logged, and every smaller one run the same loop eagerly). Each size
+has two graphs: batches where every row is greedy run no sampling kernels at all. The loop is
+bound by kernel launches, not arithmetic (15 forwards of a small model per frame), so `compile`
+(the talker's `options.compile`) compiles the predictor's decoder layer as the AR engine does
+(`stages/ar/compiled_layers.py`), fusing each layer's elementwise work into few kernels.
 
 Sampling (the talker's `do_sample` decides, as in transformers: a greedy talker has a greedy
 predictor): greedy is the argmax; sampled is transformers' warpers for the predictor (temperature 1,
 top-k 50, then top-p 0.8) followed by a Gumbel-max draw, whose uniform noise is a hash of (the
-request's seed, the frame's index in the request, the residual step, the candidate code). A
+request's seed, the frame's index in the request, the residual step, the candidate code), hashed
+for every step and code once per frame (`gumbel_table`). A
 request's residual codes therefore depend on its seed and its own history only, never on which other
 requests share the batch or on a global RNG, and the draw needs no generator state inside the graph.
 A request without a seed gets one from the talker engine (`draw_seed`).
@@ -24,12 +29,14 @@ A request without a seed gets one from the talker engine (`draw_seed`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 
 import torch
 
 from stages.ar.attention import AttentionBatch, paged_attention_modules, use_paged_attention
+from stages.ar.compiled_layers import CompiledLayers
 from stages.ar.cuda_graphs import bucket_sizes
 from stages.ar.kv_cache import KVCacheShape, PagedKVCache
 from stages.errors import ConfigError
@@ -44,7 +51,16 @@ _MASK32 = 0xFFFFFFFF
 
 
 class CodePredictor:
-    def __init__(self, module, *, max_batch: int, device: str | torch.device, cuda_graphs: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        module,
+        *,
+        max_batch: int,
+        device: str | torch.device,
+        cuda_graphs: bool = True,
+        compile: bool = False,
+        seed: int = 0,
+    ):
         self.module = module
         config = module.config
         if "sliding_attention" in (getattr(config, "layer_types", None) or []):
@@ -52,6 +68,7 @@ class CodePredictor:
         use_paged_attention(module.model, ATTENTION)
         self.device = torch.device(device)
         self.num_residual = config.num_code_groups - 1
+        self.vocab_size = config.vocab_size
         self.positions = self.num_residual + 1  # last hidden, code 0, codes 1..14
         self.width = config.hidden_size
         dtype = next(module.parameters()).dtype
@@ -72,8 +89,10 @@ class CodePredictor:
         self.greedy = torch.ones(largest, dtype=torch.bool, device=self.device)
         self._layouts = {size: _Layout(size, self.positions, self.device) for size in self.sizes}
         self._seeds = random.Random(seed)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
+        """Per (bucketed batch size, whether any row samples): the captured loop."""
+        self.outputs: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._compiled = compiled_layers(module.model) if compile else None
         if cuda_graphs and self.device.type == "cuda":
             self._capture()
 
@@ -108,40 +127,56 @@ class CodePredictor:
         keys = torch.tensor([[seed, frame] for seed, frame in zip(seeds, frames, strict=True)], dtype=torch.long)
         self.keys[:count].copy_(keys, non_blocking=True)
         self.greedy[:count].copy_(torch.tensor(greedy, dtype=torch.bool), non_blocking=True)
-        if size in self.graphs:
-            self.graphs[size].replay()
-            codes, embeds = self.outputs[size]
+        key = (size, not all(greedy))
+        if key in self.graphs:
+            self.graphs[key].replay()
+            codes, embeds = self.outputs[key]
         else:
-            codes, embeds = self._frames(size)
+            with self._compiled_layers():
+                codes, embeds = self._frames(*key)
         return codes[:count].clone(), embeds[:count].clone()
+
+    def _compiled_layers(self):
+        return self._compiled.active() if self._compiled is not None else contextlib.nullcontext()
 
     @torch.inference_mode()
     def _capture(self) -> None:
+        """Graphs from the largest batch size down (they share one memory pool), each size twice: for
+        greedy batches (no sampling kernels at all) and for batches where some row samples."""
         pool = None
         for size in reversed(self.sizes):
-            self._frames(size)  # lazy initialisations outside the capture
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, pool=pool):
-                    self.outputs[size] = self._frames(size)
-            except Exception:
-                logger.exception("capturing the code predictor for batch %d failed; batches up to it run eagerly", size)
-                self.outputs.pop(size, None)
-                break
-            pool = graph.pool() if pool is None else pool
-            self.graphs[size] = graph
+            for sampled in (False, True):
+                key = (size, sampled)
+                with self._compiled_layers():
+                    self._frames(*key)  # lazy initialisations (and compilation) outside the capture
+                    torch.cuda.synchronize()
+                    graph = torch.cuda.CUDAGraph()
+                    try:
+                        with torch.cuda.graph(graph, pool=pool):
+                            self.outputs[key] = self._frames(*key)
+                    except Exception:
+                        logger.exception(
+                            "capturing the code predictor for batch %d failed; batches up to it run eagerly", size
+                        )
+                        self.outputs.pop(key, None)
+                        torch.cuda.synchronize()
+                        return
+                pool = graph.pool() if pool is None else pool
+                self.graphs[key] = graph
         torch.cuda.synchronize()
 
-    def _frames(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole loop over the static buffers' first `size` rows: ([size, 15] codes, [size, width])."""
+    def _frames(self, size: int, sampled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole loop over the static buffers' first `size` rows: ([size, 15] codes, [size, width]).
+        A sampled loop draws its Gumbel noise for every step and code at once, before the loop."""
         layout = self._layouts[size]
         model, heads = self.module.model, self.module.lm_head
+        noise = gumbel_table(self.keys[:size], self.num_residual, self.vocab_size) if sampled else None
         prefill = torch.stack([self.hidden[:size], self.code0[:size]], dim=1).reshape(1, 2 * size, self.width)
         hidden = self._forward(prefill, layout.prefill)[1::2]  # the code-0 rows
         codes, embeds = [], [self.code0[:size]]
         for step in range(self.num_residual):
-            code = self._draw(heads[step](hidden), step, size)
+            logits = heads[step](hidden)
+            code = logits.argmax(dim=-1) if noise is None else self._draw(logits, noise[:, step], size)
             embed = model.codec_embedding[step](code)
             codes.append(code)
             embeds.append(embed)
@@ -160,17 +195,22 @@ class CodePredictor:
         out = self.module.model(inputs_embeds=embeds, position_ids=step.positions, ar_batch=attention, use_cache=False)
         return out.last_hidden_state[0]
 
-    def _draw(self, logits: torch.Tensor, step: int, size: int) -> torch.Tensor:
-        """Each row's code: the argmax for greedy rows, else a top-k/top-p filtered Gumbel-max draw."""
+    def _draw(self, logits: torch.Tensor, noise: torch.Tensor, size: int) -> torch.Tensor:
+        """Each row's code: the argmax for greedy rows, else a top-k/top-p filtered Gumbel-max draw
+        (`noise`: [size, vocab], this step's noise of every code)."""
         logits = logits.float()
         best = logits.argmax(dim=-1)
         values, candidates = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)  # sorted, largest first
         probs = values.softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs
         values = values.masked_fill(mass_before >= TOP_P, float("-inf"))  # transformers' TopPLogitsWarper
-        noise = gumbel_noise(self.keys[:size], step, candidates)
-        drawn = candidates.gather(1, (values + noise).argmax(dim=-1, keepdim=True)).squeeze(1)
+        drawn = candidates.gather(1, (values + noise.gather(1, candidates)).argmax(dim=-1, keepdim=True)).squeeze(1)
         return torch.where(self.greedy[:size], best, drawn)
+
+
+def compiled_layers(model) -> CompiledLayers:
+    """The predictor's decoder layers compiled (one graph per batch size shared by its layers)."""
+    return CompiledLayers(model, attention=ATTENTION)
 
 
 class _Step:
@@ -197,7 +237,20 @@ def gumbel_noise(keys: torch.Tensor, step: int, candidates: torch.Tensor) -> tor
     """Standard Gumbel noise [rows, k], a pure function of (seed, frame) per row, the step and each
     candidate id: a 32-bit integer hash (Wellons' lowbias32 rounds, multiplications split so int64
     never overflows) of the four, mapped to a uniform in (0, 1)."""
-    seed, frame = keys[:, :1], keys[:, 1:]
+    return _gumbel(keys[:, :1], keys[:, 1:], step, candidates)
+
+
+def gumbel_table(keys: torch.Tensor, steps: int, vocab_size: int) -> torch.Tensor:
+    """`gumbel_noise` of every step and code id at once: [rows, steps, vocab], so that a frame hashes
+    once instead of once per step (`table[:, step].gather(1, candidates)` equals
+    `gumbel_noise(keys, step, candidates)`)."""
+    device = keys.device
+    step = torch.arange(steps, device=device).view(1, -1, 1)
+    codes = torch.arange(vocab_size, device=device).view(1, 1, -1)
+    return _gumbel(keys[:, 0].view(-1, 1, 1), keys[:, 1].view(-1, 1, 1), step, codes)
+
+
+def _gumbel(seed, frame, step, candidates) -> torch.Tensor:
     state = _mix32(candidates + 0x9E3779B9)
     state = _mix32(state ^ step)
     state = _mix32(state ^ (frame & _MASK32))

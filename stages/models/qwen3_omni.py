@@ -212,6 +212,7 @@ def build_talker(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         max_batch=stage_deploy.max_batch,
         device=stage_deploy.device,
         cuda_graphs=options.get("cuda_graphs", True) is True,
+        compile=options.get("compile", False) is True,
         seed=int(options.get("seed", 0)),
     )
     engine = ARTorchEngine(

@@ -100,8 +100,8 @@ def test_routing_follows_norm_topk_prob(normalize):
 
 
 def test_install_on_a_model_and_remove_again():
-    """`use_grouped_moe` replaces the forward of every MoE block of a model (graph-safe from then on);
-    `remove_grouped_moe` restores transformers' own."""
+    """`use_grouped_moe` puts a `GroupedMoE` in the place of every MoE block of a model (graph-safe
+    from then on), over the same weights; `remove_grouped_moe` restores transformers' own blocks."""
     import torch
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeTalkerModel
 
@@ -115,9 +115,11 @@ def test_install_on_a_model_and_remove_again():
     assert has_host_synced_moe(model)
     assert use_grouped_moe(model) == "grouped_mm"
     assert not has_host_synced_moe(model)
-    assert all(isinstance(block.forward, GroupedMoE) for block in blocks)
+    weights = dict(model.state_dict())
+    assert sum(isinstance(module, GroupedMoE) for module in model.modules()) == len(blocks)
+    assert not moe_blocks(model) and model.state_dict().keys() == weights.keys()
     remove_grouped_moe(model)
-    assert has_host_synced_moe(model)
+    assert has_host_synced_moe(model) and moe_blocks(model) == blocks
 
 
 def test_bfloat16_within_rounding_of_transformers():

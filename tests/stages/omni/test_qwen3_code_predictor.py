@@ -129,6 +129,20 @@ def test_sampled_codes_come_from_the_top_k_and_follow_the_distribution():
     assert TOP_K == 50
 
 
+def test_the_per_frame_noise_table_is_the_per_step_noise():
+    """A sampled frame hashes its noise once for every step and code; each step reads the same values
+    the per-candidate hash gives."""
+    import torch
+
+    from stages.models.qwen3_code_predictor import gumbel_noise, gumbel_table
+
+    keys = torch.tensor([[2**62 + 5, 0], [7, 123], [0, 2**31]])
+    table = gumbel_table(keys, 15, 300)
+    candidates = torch.randint(0, 300, (3, 50), generator=torch.Generator().manual_seed(0))
+    for step in (0, 7, 14):
+        assert torch.equal(table[:, step].gather(1, candidates), gumbel_noise(keys, step, candidates))
+
+
 def test_the_same_seed_gives_the_same_audio(omni_models):
     """Through the whole Qwen3-Omni chain with a sampling talker: a request's codes (code 0 from the talker,
     residuals from the predictor) and audio follow its seed alone, batched with another request or not
