@@ -50,6 +50,8 @@ def _redis_to_celery(url: str) -> str:
 
 try:
     VAR_DIR = Path(env_str("OMNISTAGE_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+    # Compiled kernels (AR decode layers, token2wav's DiT) outlive a replica: its restart reuses them.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(VAR_DIR / "cache" / "torchinductor"))
     DEBUG = env_bool("DJANGO_DEBUG", False)
     SECRET_KEY = _secret_key(VAR_DIR)
     ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])

@@ -7,9 +7,9 @@ picks the next tokens, and each request's outputs (token and text deltas, hidden
 are built. Knobs come from `StageDeployConfig`: `max_batch`, `max_length`, `dtype`, `kv_memory_mb`
 (sizes the paged cache once), `prefill_chunk` (the per-step token budget) and `options`:
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
-"uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (False; true
-compiles the graph step's decoder layers with torch.compile before capture, one graph per batch
-size shared by all layers, see `compiled_layers.py`),
+"uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (true on CUDA,
+false elsewhere: compiles the graph step's decoder layers with torch.compile before capture, one
+graph per batch size shared by all layers, see `compiled_layers.py`),
 `hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
 default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
 which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
@@ -113,7 +113,7 @@ class ARTorchEngine(StageEngine):
         self.sequences: dict[str, Sequence] = {}
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(int(self.options.get("seed", 0)))
-        graphs, compile_step = self.options.get("cuda_graphs", True), self.options.get("compile", False)
+        graphs, compile_step = self.options.get("cuda_graphs", True), self.options.get("compile", self.device.type == "cuda")
         if not isinstance(compile_step, bool):
             raise ConfigError("options.compile", f"must be true or false, got {compile_step!r}")
         graphs = graphs if adapter.supports_cuda_graphs else False
