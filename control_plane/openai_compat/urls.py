@@ -12,6 +12,7 @@ from control_plane.openai_compat import (
     images,
     models_list,
     speech,
+    transcriptions,
     videos,
 )
 
@@ -27,6 +28,8 @@ urlpatterns = [
     path("chat/completions", chat.chat_completions, name="v1-chat-completions"),
     path("completions", completions.completions, name="v1-completions"),
     path("audio/speech", speech.speech, name="v1-audio-speech"),
+    path("audio/transcriptions", transcriptions.transcriptions, name="v1-audio-transcriptions"),
+    path("audio/translations", transcriptions.translations, name="v1-audio-translations"),
     path("images/generations", images.generations, name="v1-images-generations"),
     path("images/edits", image_edits.edits, name="v1-images-edits"),
     path("videos", videos.collection, name="v1-videos"),
