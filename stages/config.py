@@ -201,6 +201,9 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_queue: int = 64
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
+    map_openai_voices: bool = False
+    """OpenAI's voice names (alloy, ash, ... verse) speak with the model's default voice instead of
+    being refused with the list of its own voices."""
 
     def default_sampling(self, stage: StageConfig) -> dict[str, Any]:
         """A stage's sampling when a request gives none: the pipeline's default, then this

@@ -30,6 +30,7 @@ from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import event, sse_response
+from control_plane.openai_compat.voices import resolve_voice
 from stages.protocol import StageRequest
 
 MAX_INPUT_CHARS = 4096
@@ -99,7 +100,10 @@ async def speech(request, run: RequestRun):
     entry_sampling, later_sampling, params = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
-    params.update({key: getattr(body, key) for key in ("voice", "instructions", "language") if getattr(body, key)})
+    params.update({key: getattr(body, key) for key in ("instructions", "language") if getattr(body, key)})
+    voice = resolve_voice(served, body.voice)
+    if voice:
+        params["voice"] = voice
     params["modalities"] = ["audio"]
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}
     await run.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"],

@@ -11,9 +11,11 @@ from control_plane.openai_compat import (
     image_edits,
     images,
     models_list,
+    responses,
     speech,
     transcriptions,
     videos,
+    voices,
 )
 
 
@@ -30,6 +32,9 @@ urlpatterns = [
     path("audio/speech", speech.speech, name="v1-audio-speech"),
     path("audio/transcriptions", transcriptions.transcriptions, name="v1-audio-transcriptions"),
     path("audio/translations", transcriptions.translations, name="v1-audio-translations"),
+    path("audio/voices", voices.voice_list, name="v1-audio-voices"),
+    path("responses", responses.create, name="v1-responses"),
+    path("responses/<str:response_id>", responses.item, name="v1-response"),
     path("images/generations", images.generations, name="v1-images-generations"),
     path("images/edits", image_edits.edits, name="v1-images-edits"),
     path("videos", videos.collection, name="v1-videos"),

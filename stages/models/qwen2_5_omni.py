@@ -117,6 +117,11 @@ class Qwen25OmniFamily(ModelFamily):
         limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
         return prepare_omni_request(request, proc, list(speakers(str(model_dir))), limits)
 
+    default_voice = "Chelsie"
+
+    def voices(self, model_dir: str | Path) -> list[str]:
+        return sorted(speakers(str(model_dir)))
+
 
 @functools.lru_cache(maxsize=4)
 def config(model_dir: str):

@@ -122,6 +122,11 @@ class Qwen3OmniFamily(ModelFamily):
         limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
         return prepare_omni_request(request, proc, voices(str(model_dir)), limits)
 
+    default_voice = "ethan"
+
+    def voices(self, model_dir: str | Path) -> list[str]:
+        return voices(str(model_dir))
+
 
 @functools.lru_cache(maxsize=4)
 def config(model_dir: str):
