@@ -11,6 +11,7 @@ from control_plane.openai_compat import (
     image_edits,
     images,
     models_list,
+    openapi,
     responses,
     speech,
     transcriptions,
@@ -25,6 +26,7 @@ async def not_found(request, rest: str = ""):
 
 
 urlpatterns = [
+    path("openapi.json", openapi.schema, name="v1-openapi"),
     path("models", models_list.model_list, name="v1-models"),
     path("models/<str:model>", models_list.model_detail, name="v1-model"),
     path("chat/completions", chat.chat_completions, name="v1-chat-completions"),
