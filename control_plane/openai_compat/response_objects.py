@@ -108,14 +108,22 @@ def stored_object(row: InferenceRequest) -> dict[str, Any]:
     content = [text_part(row.output_text)] if "text" in modalities else []
     audio = next((a for a in row.artifacts.all() if a.kind == "audio" and a.meta.get("direction") != "in"), None)
     if "audio" in modalities and audio is not None:
-        with audio.file.open("rb") as handle:
-            content.append(audio_part(handle.read(), row.output_text, audio.meta.get("format", "wav")))
+        content.append(audio_part(_read(audio), row.output_text, audio.meta.get("format", "wav")))
     output = [message(row.request_id, "completed", content)] if row.is_final and row.status != Status.FAILED else []
     return response_object(
         response_id=row.request_id, created_at=row.created_at.timestamp(), status=status, model=row.deployment_name,
         parameters=parameters, instructions=(row.inputs or {}).get("instructions"), output=output,
         usage=stored_usage(row.usage) if row.is_final else None, error=row.error, incomplete=incomplete,
     )  # fmt: skip
+
+
+def _read(artifact) -> bytes | None:
+    """The artifact's bytes; None when its file is gone (retention, storage trouble)."""
+    try:
+        with artifact.file.open("rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 class ResponseView:
