@@ -68,7 +68,7 @@ async def voice_list(request):
     published = await published_voices(served)
     default = published["default_voice"]
     aliases = {name: default for name in OPENAI_VOICES} if served.deploy.map_openai_voices and default else {}
-    data = [{"id": name, "object": "voice", "name": name, "default": name == default}
-            for name in published["voices"]]  # fmt: skip
+    data = [{"id": name, "object": "audio.voice", "name": name, "type": "preset", "created_at": 0,
+             "default": name == default} for name in published["voices"]]  # fmt: skip
     return JsonResponse({"object": "list", "model": served.name, "voices": published["voices"], "data": data,
                          "default_voice": default, "openai_voice_aliases": aliases})  # fmt: skip

@@ -29,14 +29,19 @@ def test_omni_voices_responses_and_raw_completions(serving_stack):
     serving_stack.wait_running("omni", "omni-strict", timeout=600)
     client = serving_stack.client(timeout=300)
 
-    listed = serving_stack.http("GET", "/v1/audio/voices?model=omni").json()
+    def voices(model: str | None) -> dict:
+        return client.get("/audio/voices", cast_to=object, options={"params": {"model": model} if model else {}})
+
+    listed = voices("omni")
     assert listed["voices"] == ["Chelsie", "Ethan"] and listed["default_voice"] == "Chelsie"
+    assert [v["object"] for v in listed["data"]] == ["audio.voice"] * 2 and listed["data"][0]["default"]
     assert listed["openai_voice_aliases"]["alloy"] == "Chelsie"
-    strict = serving_stack.http("GET", "/v1/audio/voices?model=omni-strict").json()
+    strict = voices("omni-strict")
     assert strict["voices"] == ["Chelsie", "Ethan"] and strict["openai_voice_aliases"] == {}
-    for query, status, param in (("", 400, "model"), ("?model=nope", 404, "model")):
-        refused = serving_stack.http("GET", f"/v1/audio/voices{query}")
-        assert refused.status_code == status and refused.json()["error"]["param"] == param
+    for model, error, param in ((None, openai.BadRequestError, "model"), ("nope", openai.NotFoundError, "model")):
+        with pytest.raises(error) as refused:
+            voices(model)
+        assert refused.value.body["param"] == param
 
     speech = client.audio.speech.create(model="omni", input="hi", voice="alloy", response_format="wav")
     assert speech.content[:4] == b"RIFF"
