@@ -23,13 +23,13 @@ from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import served_deployment
+from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
-from control_plane.openai_compat.voices import resolve_voice
 from stages.protocol import StageRequest
 
 AUDIO_EXPIRY_S = 24 * 3600
@@ -158,7 +158,7 @@ async def chat_completions(request, run: RequestRun):
         served.pipeline, served.deploy, sampling_fields(body), body.sampling_params_list
     )
     params = {**(body.additional_information or {}), **diffusion_params(body), **stage_params}
-    voice = resolve_voice(served, (body.audio.voice if body.audio else None) or body.voice or body.speaker)
+    voice = resolve_voice(served.deploy, (body.audio.voice if body.audio else None) or body.voice or body.speaker)
     if voice:
         params["voice"] = voice
     for name in ("language", "instructions"):

@@ -20,6 +20,7 @@ from control_plane.inference.errors import ApiError, openai_endpoint
 from control_plane.inference.models import Route
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import served_deployment
+from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.access import authenticate
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat import check_modalities
@@ -35,7 +36,6 @@ from control_plane.openai_compat.response_store import delete_response, earlier_
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import sse_response
-from control_plane.openai_compat.voices import resolve_voice
 from stages.protocol import StageRequest
 
 
@@ -73,7 +73,7 @@ async def create(request, run: RequestRun):
     fields = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens,
               "seed": body.seed}  # fmt: skip
     entry_sampling, later_sampling, params = build_sampling(served.pipeline, served.deploy, fields, None)
-    voice = resolve_voice(served, body.audio.voice if body.audio else None)
+    voice = resolve_voice(served.deploy, body.audio.voice if body.audio else None)
     if voice:
         params["voice"] = voice
     params["modalities"] = modalities

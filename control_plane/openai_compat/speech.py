@@ -26,11 +26,11 @@ from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import Deltas, RequestRun
 from control_plane.inference.targets import served_deployment
+from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import event, sse_response
-from control_plane.openai_compat.voices import resolve_voice
 from stages.protocol import StageRequest
 
 MAX_INPUT_CHARS = 4096
@@ -101,7 +101,7 @@ async def speech(request, run: RequestRun):
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
     params.update({key: getattr(body, key) for key in ("instructions", "language") if getattr(body, key)})
-    voice = resolve_voice(served, body.voice)
+    voice = resolve_voice(served.deploy, body.voice)
     if voice:
         params["voice"] = voice
     params["modalities"] = ["audio"]

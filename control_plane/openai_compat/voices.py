@@ -17,19 +17,11 @@ from django.http import JsonResponse
 
 from control_plane.inference.errors import ApiError, openai_endpoint
 from control_plane.inference.targets import Served, served_deployment
+from control_plane.inference.voice_names import OPENAI_VOICES
 from control_plane.openai_compat.access import authenticate
 
-OPENAI_VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage",
-                 "shimmer", "verse")  # fmt: skip
 READ_TIMEOUT_S = 120.0
 _published: dict[tuple[str, str], dict] = {}
-
-
-def resolve_voice(served: Served, voice: str | None) -> str | None:
-    """The voice the stages get: None (their default) for an OpenAI name when the deployment maps them."""
-    if voice and served.deploy.map_openai_voices and voice.lower() in OPENAI_VOICES:
-        return None
-    return voice
 
 
 async def published_voices(served: Served) -> dict:
