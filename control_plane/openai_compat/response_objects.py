@@ -126,6 +126,27 @@ def _read(artifact) -> bytes | None:
         return None
 
 
+def input_items(row: InferenceRequest) -> list[dict[str, Any]]:
+    """The response's own input (not the earlier turns) as message items, in order; media as the
+    history keeps them (type and size, no bytes)."""
+    items = []
+    for index, message in enumerate((row.inputs or {}).get("input") or []):
+        content = message.get("content")
+        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        items.append({"type": "message", "id": f"{message_id(row.request_id)}_{index}", "status": "completed",
+                      "role": message.get("role"), "content": [_input_part(part) for part in parts]})  # fmt: skip
+    return items
+
+
+def _input_part(part: dict[str, Any]) -> dict[str, Any]:
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "input_text", "text": part.get("text", "")}
+    if kind == "image_url":
+        return {"type": "input_image", "image_url": part["image_url"]["url"], "detail": "auto"}
+    return {"type": f"input_{kind.removeprefix('input_')}", **{k: v for k, v in part.items() if k != "type"}}
+
+
 class ResponseView:
     """Renders one running request as a Response object, whole or as stream events."""
 

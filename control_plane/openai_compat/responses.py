@@ -31,7 +31,7 @@ from control_plane.openai_compat.response_inputs import (
     input_messages,
     validate,
 )
-from control_plane.openai_compat.response_objects import ResponseView, stored_object
+from control_plane.openai_compat.response_objects import ResponseView, input_items, stored_object
 from control_plane.openai_compat.response_store import delete_response, earlier_turns, stored_response
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
@@ -108,3 +108,28 @@ async def item(request, response_id: str):
         await sync_to_async(delete_response)(row)
         return JsonResponse({"id": row.request_id, "object": "response.deleted", "deleted": True})
     return JsonResponse(await sync_to_async(stored_object)(row))
+
+
+@openai_endpoint("GET")
+async def item_inputs(request, response_id: str):
+    caller = await authenticate(request)
+    order = request.GET.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise ApiError.invalid("order", "'order' must be 'asc' or 'desc'.")
+    try:
+        limit = int(request.GET.get("limit", 20))
+    except ValueError:
+        raise ApiError.invalid("limit", "'limit' must be an integer.") from None
+    if not 1 <= limit <= 100:
+        raise ApiError.invalid("limit", "'limit' must be between 1 and 100.")
+    row = await sync_to_async(stored_response)(caller, response_id)
+    items = input_items(row)
+    if order == "desc":
+        items.reverse()
+    after = request.GET.get("after")
+    if after:
+        ids = [entry["id"] for entry in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    page = items[:limit]
+    return JsonResponse({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                         "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})  # fmt: skip

@@ -37,6 +37,7 @@ urlpatterns = [
     path("audio/voices", voices.voice_list, name="v1-audio-voices"),
     path("responses", responses.create, name="v1-responses"),
     path("responses/<str:response_id>", responses.item, name="v1-response"),
+    path("responses/<str:response_id>/input_items", responses.item_inputs, name="v1-response-input-items"),
     path("images/generations", images.generations, name="v1-images-generations"),
     path("images/edits", image_edits.edits, name="v1-images-edits"),
     path("videos", videos.collection, name="v1-videos"),

@@ -65,6 +65,9 @@ def test_responses_through_the_sdk(echo_stack):
     fetched = client.responses.retrieve(first.id)
     assert fetched.output_text == "hello there world" and fetched.status == "completed"
     assert fetched.usage.output_tokens == 3 and fetched.instructions == "Answer kindly."
+    inputs = client.responses.input_items.list(second.id, order="asc")
+    assert [item.role for item in inputs.data] == ["user"]  # its own input, not the earlier turns
+    assert inputs.data[0].content[0].type == "input_text" and inputs.data[0].content[0].text == "and again"
     streamed_later = client.responses.retrieve(done.id)
     assert streamed_later.output_text == "streamed reply here"
 
@@ -143,6 +146,12 @@ def bad_inputs(echo_stack, client):
                                                            {"type": "input_text", "text": "what is it"}]}],
     )  # fmt: skip
     assert image.output_text == "what is it"
+    (item,) = client.responses.input_items.list(image.id).data
+    assert [part.type for part in item.content] == ["input_image", "input_text"]
+    assert item.content[0].image_url.startswith("<image/png data, ")
+    with pytest.raises(openai.BadRequestError) as bad_order:
+        client.responses.input_items.list(image.id, extra_query={"order": "sideways"})
+    assert bad_order.value.body["param"] == "order"
     missing = echo_stack.http("POST", "/v1/responses", json={"model": "echo"})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "input"
     wrong_method = echo_stack.http("PUT", f"/v1/responses/{image.id}")
