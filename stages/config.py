@@ -22,6 +22,7 @@ ConnectorChoice = Literal["auto", "inline", "shm", "redis"]
 LoadFormat = Literal["auto", "dummy"]
 EdgeCarries = Literal["text", "tokens", "hidden", "codes", "embeddings", "kv"]
 OutputModality = Literal["text", "audio", "image", "video"]
+InputModality = Literal["text", "audio", "image", "video"]
 
 
 class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -32,6 +33,9 @@ class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     kind: StageKind
     output: OutputModality | None = None
     """The client-visible modality this stage emits, or None for inner stages."""
+    inputs: tuple[InputModality, ...] = ("text",)
+    """What an entry stage takes from the request (the transcription routes serve pipelines whose
+    entry stage takes audio and emits text)."""
     default_backend: Backend = "torch"
     model_subdir: str = ""
     """Which part of the checkpoint directory this stage loads (empty: the whole)."""
@@ -197,6 +201,9 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_queue: int = 64
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
+    map_openai_voices: bool = False
+    """OpenAI's voice names (alloy, ash, ... verse) speak with the model's default voice instead of
+    being refused with the list of its own voices."""
 
     def default_sampling(self, stage: StageConfig) -> dict[str, Any]:
         """A stage's sampling when a request gives none: the pipeline's default, then this

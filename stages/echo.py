@@ -66,7 +66,7 @@ def _input_text(request: StageRequest) -> str:
     if request.messages:
         content = request.messages[-1].get("content", "")
         if isinstance(content, list):
-            return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+            return " ".join(part.get("text", "") for part in content if isinstance(part, dict) and "text" in part)
         return str(content)
     return ""
 
@@ -203,6 +203,7 @@ def _pipeline(name: str, description: str, stages: list[StageConfig], edges: lis
 
 
 _ECHO = StageConfig(id=0, name="echo", kind="ar", output="text", default_backend="echo")
+_HEARING = StageConfig(id=0, name="echo", kind="ar", output="text", inputs=("text", "audio"), default_backend="echo")
 _INNER = StageConfig(id=0, name="echo", kind="ar", output=None, default_backend="echo")
 _ECHO2 = StageConfig(id=1, name="echo2", kind="ar", output="text", default_backend="echo")
 _VOICE = StageConfig(id=1, name="voice", kind="generation", output="audio", default_backend="echo")
@@ -212,7 +213,9 @@ class EchoFamily(ModelFamily):
     name = "echo"
     model_types = ("echo",)
     pipelines = {
-        DEFAULT_VARIANT: _pipeline("echo", "One echo stage.", [_ECHO], []),
+        DEFAULT_VARIANT: _pipeline(
+            "echo", "One echo stage; it takes audio parts too (and echoes the text parts beside them).", [_HEARING], []
+        ),
         "chain": _pipeline(
             "echo-chain",
             "Two echo stages; the first streams its pieces to the second, which the client sees.",

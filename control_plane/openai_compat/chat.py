@@ -23,6 +23,7 @@ from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import served_deployment
+from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
 from control_plane.openai_compat.sampling import build_sampling
@@ -157,7 +158,7 @@ async def chat_completions(request, run: RequestRun):
         served.pipeline, served.deploy, sampling_fields(body), body.sampling_params_list
     )
     params = {**(body.additional_information or {}), **diffusion_params(body), **stage_params}
-    voice = (body.audio.voice if body.audio else None) or body.voice or body.speaker
+    voice = resolve_voice(served.deploy, (body.audio.voice if body.audio else None) or body.voice or body.speaker)
     if voice:
         params["voice"] = voice
     for name in ("language", "instructions"):

@@ -1,5 +1,6 @@
-"""POST /v1/completions: a raw prompt in, text out, for pipelines that take one (a pipeline
-that needs the chat template answers 400 pointing to /v1/chat/completions)."""
+"""POST /v1/completions: a raw prompt in, text out. The prompt reaches the model as written,
+chat-templated models included (`params["raw_prompt"]`: their entry stage applies no template);
+only text is produced (`params["modalities"]`: an omni pipeline's audio stages are left out)."""
 
 from __future__ import annotations
 
@@ -56,14 +57,6 @@ def prompt_of(body: CompletionRequest) -> tuple[str | None, list[int] | None]:
 
 
 def completions_supported(served) -> None:
-    if served.pipeline.needs_chat_template:
-        raise ApiError(
-            400,
-            f"The model '{served.name}' (pipeline {served.pipeline.name}) needs the chat template structure; "
-            "use /v1/chat/completions instead.",
-            param="model",
-            code="unsupported_endpoint",
-        )
     if "text" not in served.output_modalities:
         raise ApiError(
             400, f"The model '{served.name}' does not produce text.", param="model", code="unsupported_modality"
@@ -89,6 +82,7 @@ async def completions(request, run: RequestRun):
     entry_sampling, later_sampling, params = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
+    params.update({"raw_prompt": True, "modalities": ["text"]})
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
     await run.open(
         served,

@@ -11,8 +11,12 @@ from control_plane.openai_compat import (
     image_edits,
     images,
     models_list,
+    openapi,
+    responses,
     speech,
+    transcriptions,
     videos,
+    voices,
 )
 
 
@@ -22,11 +26,18 @@ async def not_found(request, rest: str = ""):
 
 
 urlpatterns = [
+    path("openapi.json", openapi.schema, name="v1-openapi"),
     path("models", models_list.model_list, name="v1-models"),
     path("models/<str:model>", models_list.model_detail, name="v1-model"),
     path("chat/completions", chat.chat_completions, name="v1-chat-completions"),
     path("completions", completions.completions, name="v1-completions"),
     path("audio/speech", speech.speech, name="v1-audio-speech"),
+    path("audio/transcriptions", transcriptions.transcriptions, name="v1-audio-transcriptions"),
+    path("audio/translations", transcriptions.translations, name="v1-audio-translations"),
+    path("audio/voices", voices.voice_list, name="v1-audio-voices"),
+    path("responses", responses.create, name="v1-responses"),
+    path("responses/<str:response_id>", responses.item, name="v1-response"),
+    path("responses/<str:response_id>/input_items", responses.item_inputs, name="v1-response-input-items"),
     path("images/generations", images.generations, name="v1-images-generations"),
     path("images/edits", image_edits.edits, name="v1-images-edits"),
     path("videos", videos.collection, name="v1-videos"),

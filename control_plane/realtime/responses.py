@@ -29,6 +29,7 @@ from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import Caller, Served
+from control_plane.inference.voice_names import resolve_voice
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
 from control_plane.realtime.sampling import entry_sampling, later_sampling
@@ -209,7 +210,8 @@ class ResponseRun:
     def stage_request(self) -> StageRequest:
         session = self.session
         sampling = entry_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens, self.spec.temperature)
-        params = {"voice": self.spec.voice} if self.spec.voice else {}
+        voice = resolve_voice(session.deploy, self.spec.voice)
+        params = {"voice": voice} if voice else {}
         return StageRequest(
             request_id=self.id, messages=self.spec.messages, sampling=sampling, params=params, arrival_time=time.time()
         )

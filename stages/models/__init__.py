@@ -89,6 +89,14 @@ class ModelFamily:
     ) -> StageRequest:
         return request
 
+    default_voice: str | None = None
+    """The voice a request that names none speaks with."""
+
+    def voices(self, model_dir: str | Path) -> list[str]:
+        """The named voices (speakers) of this checkpoint's audio stages; none when it does not speak
+        (`python -m stages.models.voices` publishes them to the control plane)."""
+        return []
+
 
 def get_family(name: str) -> ModelFamily:
     """The family registered under `name` (imports its module on first use)."""

@@ -30,6 +30,8 @@ from stages.models.omni_video_limits import VideoLimits
 from stages.protocol import StageRequest
 
 AUDIO_RATE = 16000
+OMNI_INPUTS = ("text", "audio", "image", "video")
+"""What the thinker takes from a request (its `StageConfig.inputs`)."""
 
 
 class ChatParts(NamedTuple):
@@ -54,6 +56,9 @@ def prepare_omni_request(
     if messages is None:
         if not request.prompt:
             raise InvalidRequest("messages", "send messages, a prompt or prompt_token_ids")
+        if request.params.get("raw_prompt"):  # /v1/completions: the prompt as written, no template
+            token_ids = processor.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
+            return msgspec.structs.replace(request, prompt=None, prompt_token_ids=token_ids)
         messages = [{"role": "user", "content": request.prompt}]
     parts = split_messages(messages)
     if parts.videos and request.params.get("use_audio_in_video"):

@@ -30,6 +30,7 @@ from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import DEFAULT_VARIANT, ModelFamily
 from stages.models.dummy_weights import dummy_seed
+from stages.models.omni_inputs import OMNI_INPUTS
 from stages.protocol import StageRequest
 
 FAMILY = "qwen2_5_omni"
@@ -45,6 +46,7 @@ def _pipeline(name: str, with_audio: bool) -> PipelineConfig:
         name=THINKER,
         kind="ar",
         output="text",
+        inputs=OMNI_INPUTS,
         model_subdir="thinker",
         default_sampling=THINKER_SAMPLING,
     )
@@ -114,6 +116,11 @@ class Qwen25OmniFamily(ModelFamily):
         proc = processor(str(model_dir))
         limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
         return prepare_omni_request(request, proc, list(speakers(str(model_dir))), limits)
+
+    default_voice = "Chelsie"
+
+    def voices(self, model_dir: str | Path) -> list[str]:
+        return sorted(speakers(str(model_dir)))
 
 
 @functools.lru_cache(maxsize=4)

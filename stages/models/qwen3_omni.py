@@ -33,6 +33,7 @@ from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import DEFAULT_VARIANT, ModelFamily
 from stages.models.dummy_weights import dummy_seed
+from stages.models.omni_inputs import OMNI_INPUTS
 from stages.protocol import StageRequest
 
 FAMILY = "qwen3_omni"
@@ -49,7 +50,13 @@ TALKER_SAMPLING = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "max_tokens": 
 
 def _pipeline(name: str, with_audio: bool) -> PipelineConfig:
     thinker = StageConfig(
-        id=0, name=THINKER, kind="ar", output="text", model_subdir="thinker", default_sampling=THINKER_SAMPLING
+        id=0,
+        name=THINKER,
+        kind="ar",
+        output="text",
+        inputs=OMNI_INPUTS,
+        model_subdir="thinker",
+        default_sampling=THINKER_SAMPLING,
     )
     if not with_audio:
         return PipelineConfig(
@@ -114,6 +121,11 @@ class Qwen3OmniFamily(ModelFamily):
         proc = processor(str(model_dir))
         limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
         return prepare_omni_request(request, proc, voices(str(model_dir)), limits)
+
+    default_voice = "ethan"
+
+    def voices(self, model_dir: str | Path) -> list[str]:
+        return voices(str(model_dir))
 
 
 @functools.lru_cache(maxsize=4)

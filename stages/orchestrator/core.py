@@ -41,6 +41,7 @@ from stages.orchestrator.events import (
 from stages.orchestrator.forwarding import build_stage_request, client_view, has_content
 from stages.orchestrator.metrics import summarize
 from stages.orchestrator.state import RequestState, StageProgress, parse_wire_id
+from stages.orchestrator.wanted import unwanted_stages
 from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
 
 
@@ -218,6 +219,8 @@ class Orchestrator:
             submitted_at=event.at,
             stages={stage.id: StageProgress(name=stage.name) for stage in deployment.pipeline.stages},
         )
+        for stage_id in unwanted_stages(deployment.pipeline, event.request.params.get("modalities")):
+            state.stages[stage_id].finished = True  # never sent anything: forwarding and completion pass it by
         self.requests[request_id] = state
         self._changed.add(request_id)
         return self._start_entry(state, event.at)
