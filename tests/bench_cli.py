@@ -11,7 +11,7 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
-from procs import PYTHON, REPO
+from procs import PYTHON, REPO, wait_for
 
 
 @dataclass
@@ -58,11 +58,14 @@ def wav_seconds(data: bytes) -> float:
 def recorded_audio_seconds(request_id: str, direction: str | None = None) -> float:
     """The seconds of the audio artifact the request's history row keeps (a realtime response keeps
     one per direction: `direction` "out" is the answer)."""
-    from control_plane.inference.models import InferenceRequest
+    from control_plane.inference.models import Artifact
 
-    row = InferenceRequest.objects.get(request_id=request_id)
-    audio = [a for a in row.artifacts.all() if a.kind == "audio"]
-    (artifact,) = [a for a in audio if a.meta.get("direction", direction) == direction]
+    def recorded() -> list[Artifact]:  # a stream's last event reaches the client before its row closes
+        audio = Artifact.objects.filter(request__request_id=request_id, kind="audio")
+        return [a for a in audio if a.meta.get("direction", direction) == direction]
+
+    wait_for(recorded, timeout=60, what=f"the audio artifact of {request_id}")
+    (artifact,) = recorded()
     return wav_seconds(artifact.file.read())
 
 

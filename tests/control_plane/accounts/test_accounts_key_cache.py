@@ -75,10 +75,14 @@ def test_a_revoked_key_is_refused_at_once(make_user, listening):
 
 
 def test_an_expired_key_is_refused_with_no_message(make_user, listening):
-    _, secret = api_key_create(user=make_user(), name="ci", expires_at=timezone.now() + timedelta(seconds=1))
-    cached = cached_key(secret)
-    while cached.expires_at > timezone.now():
-        time.sleep(0.05)
+    user = make_user()
+    for _ in range(5):  # a late echo of the key's creation may drop the entry while it expires: another key
+        _, secret = api_key_create(user=user, name="ci", expires_at=timezone.now() + timedelta(seconds=1))
+        cached = cached_key(secret)
+        while cached.expires_at > timezone.now():
+            time.sleep(0.05)
+        if key_cache.get(cached.prefix) is cached:
+            break
     key, queries = queries_of(api_key_authenticate, secret)
     assert key is None and queries == 0  # the cached expiry decides
 

@@ -39,6 +39,7 @@ def only_get(status: int | tuple[int, ...]) -> dict[str, int | tuple[int, ...]]:
 PUBLIC_STATUSES = {
     "/api/schema/": only_get(200),
     "/api/docs/": only_get(200),
+    "/v1/openapi.json": only_get(200),  # the /v1 routes' schema, public like /api/schema/
     "/health": only_get(200),
     "/metrics": only_get(200),
     "/ready": only_get((200, 503)),  # 503 unless an orchestrator and a worker pool are up (a `make run`)
