@@ -14,8 +14,10 @@ driver, with one engine per stage replica on its own thread.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +239,7 @@ class Omni:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="omni-loop", daemon=True)
         self._thread.start()
+        _open_at_exit.add(self)
         try:
             self._run(self.engine.start())
         except BaseException:
@@ -272,12 +275,22 @@ class Omni:
         return list(self._run(answer_all()))
 
     def close(self) -> None:
+        _open_at_exit.discard(self)
         if self._loop.is_running():
             self._run(self.engine.close())
             self._run(self._loop.shutdown_default_executor())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
             self._loop.close()
+
+    def close_at_exit(self) -> None:
+        _open_at_exit.discard(self)
+        driver = self.engine._driver
+        if driver is not None:
+            driver.stop_replicas()
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
 
     def __enter__(self) -> Omni:
         return self
@@ -287,6 +300,17 @@ class Omni:
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+_open_at_exit: weakref.WeakSet[Omni] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pipelines() -> None:
+    """Stop the replica threads of every Omni still open when the interpreter exits: a thread
+    left inside torch while the interpreter finalises aborts the process."""
+    for omni in list(_open_at_exit):
+        omni.close_at_exit()
 
 
 def _resolve_family(model: str | Path, family: str | ModelFamily | None) -> tuple[ModelFamily, Path | None]:

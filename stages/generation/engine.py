@@ -5,7 +5,8 @@ when it holds enough frames for its next chunk plus the decoder's right look-ahe
 (`first_chunk_size` frames for the first chunk — a fast first packet — then
 `async_chunk_size`), or when its input is complete. A request whose frames all arrived
 before its first chunk is decoded as one whole sequence (that is the async-chunk-off
-path, and it equals the model's own whole-sequence decoding exactly). Due windows of
+path, and it equals the model's own whole-sequence decoding exactly); a streamed request whose
+input ended with a backlog drains it chunk by chunk, each decode bounded. Due windows of
 the same shape are decoded in one batched forward (`WindowDecoder.decode`); each chunk's
 audio is the window's samples for the chunk's frames, the left context and look-ahead
 cut off (a decoder may batch more widely: its `batch_key`). A failing batch is retried request by
@@ -109,13 +110,19 @@ class GenerationEngine(StageEngine):
 
     def _due_window(self, stream: CodeStream) -> Window | None:
         available = len(stream.frames)
-        if stream.input_done:
+        if stream.input_done and (stream.emitted == 0 or available - stream.emitted <= self._backlog_limit):
             return Window(stream, stream.emitted, available, final=True)
         size = self.first_chunk if stream.emitted == 0 else self.chunk
         end = stream.emitted + size
         if available >= end + self.decoder.lookahead:
             return Window(stream, stream.emitted, end, final=False)
         return None
+
+    @property
+    def _backlog_limit(self) -> int:
+        """Frames a streamed request's last window may hold: a talker that outran the decoder leaves
+        a backlog, drained chunk by chunk so that no single decode runs for long."""
+        return self.chunk + self.decoder.lookahead
 
     def _decode_group(self, group: list[Window]) -> list[StageOutput]:
         began = time.perf_counter()

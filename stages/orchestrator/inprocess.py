@@ -106,6 +106,13 @@ class InProcessDriver:
             await asyncio.to_thread(replica.stop)
         self.replicas.clear()
 
+    def stop_replicas(self) -> None:
+        """Stop every replica thread from the calling thread (at interpreter exit, where the
+        loop's executor is gone already)."""
+        for replica in list(self.replicas.values()):
+            replica.stop()
+        self.replicas.clear()
+
     async def generate(
         self, request: StageRequest, sampling: dict[str, SamplingParams] | None = None
     ) -> AsyncIterator[ClientEvent]:
