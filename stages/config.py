@@ -204,6 +204,9 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     map_openai_voices: bool = False
     """OpenAI's voice names (alloy, ash, ... verse) speak with the model's default voice instead of
     being refused with the list of its own voices."""
+    max_audio_seconds: float | None = None
+    """The most audio one request may make (stages/audio_cap.py); None: the default ceiling, with
+    requests capped in proportion to the text they speak."""
 
     def default_sampling(self, stage: StageConfig) -> dict[str, Any]:
         """A stage's sampling when a request gives none: the pipeline's default, then this
@@ -240,6 +243,8 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("max_queue", "must be at least 1")
         if self.hop_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ConfigError("hop_timeout_s", "timeouts must be positive")
+        if self.max_audio_seconds is not None and self.max_audio_seconds <= 0:
+            raise ConfigError("max_audio_seconds", "must be positive")
 
 
 def _convert(data: Any, kind: type, path: str = "") -> Any:

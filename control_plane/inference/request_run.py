@@ -37,6 +37,7 @@ from django.conf import settings
 from control_plane.accounts.quota import aquota_admit, aquota_refund, aquota_settle
 from control_plane.accounts.usage import usage_entry, usage_quota_amounts
 from control_plane.inference import audio_encoding
+from control_plane.inference.audio_limits import capped_later_sampling
 from control_plane.inference.errors import ApiError, as_api_error, stage_error_to_api
 from control_plane.inference.history_apply import moment
 from control_plane.inference.history_events import (
@@ -273,6 +274,7 @@ class RequestRun:
         outcome = Outcome()
         self.outcomes.append(outcome)  # before any await: submissions keep their order
         await self._started()
+        later_sampling = capped_later_sampling(self.served, request, later_sampling)
         messages = serve(str(self.served.deployment.id), request, later_sampling,
                          idle_timeout_s=idle_timeout or idle_timeout_s(), client=client)  # fmt: skip
         deltas = Deltas(messages, outcome, client)

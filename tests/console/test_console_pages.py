@@ -286,3 +286,13 @@ def test_a_dashboard_without_requests_shows_no_percentiles(alice_client, pipelin
     numbers = dashboard_numbers(alice_client.get(reverse("console:dashboard-panel")).content.decode(), "dep")
     assert numbers.requests_per_min == 0 and numbers.last_hour == 0 and sum(numbers.bars) == 0
     assert set(numbers.latency.values()) == {None} and len(numbers.latency) == 9
+
+
+def test_the_deploy_form_shows_and_stores_the_audio_cap(root_client, pipelines):
+    url = reverse("console:deploy", args=["echo-voice"])
+    page = root_client.get(url).content.decode()
+    assert 'name="max_audio_seconds"' in page and "0.5 s per text token, at most 120 s" in page
+    assert 'name="max_audio_seconds"' not in root_client.get(reverse("console:deploy", args=["echo"])).content.decode()
+    response = root_client.post(url, _deploy_post("capped", max_audio_seconds="20"))
+    assert response.status_code == 302
+    assert Deployment.objects.get(name="capped").deploy_config["max_audio_seconds"] == 20.0
