@@ -23,6 +23,11 @@ LoadFormat = Literal["auto", "dummy"]
 EdgeCarries = Literal["text", "tokens", "hidden", "codes", "embeddings", "kv"]
 OutputModality = Literal["text", "audio", "image", "video"]
 InputModality = Literal["text", "audio", "image", "video"]
+BACKENDS_OF_KIND: dict[str, tuple[str, ...]] = {
+    "ar": ("torch", "vllm", "echo"),
+    "generation": ("generation", "echo"),
+    "diffusion": ("diffusers", "echo"),
+}
 
 
 class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -239,6 +244,12 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     f"stages.{name}", f"no stage {name!r} in pipeline {pipeline.name} (stages: {sorted(known)})"
                 )
             stage_config.validate(f"stages.{name}")
+            kind = pipeline.stage_named(name).kind
+            if stage_config.backend is not None and stage_config.backend not in BACKENDS_OF_KIND[kind]:
+                raise ConfigError(
+                    f"stages.{name}.backend",
+                    f"a {kind} stage cannot run on {stage_config.backend!r} (use {', '.join(BACKENDS_OF_KIND[kind])})",
+                )
         if self.max_queue < 1:
             raise ConfigError("max_queue", "must be at least 1")
         if self.hop_timeout_s <= 0 or self.request_timeout_s <= 0:

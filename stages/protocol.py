@@ -206,6 +206,8 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     queue_depth: int = 0
     running: int = 0
     error: str | None = None
+    permanent: bool = False
+    """The error is deterministic (a configuration the engine cannot load): retrying cannot help."""
     ts: float = 0.0
     transfers: dict[str, dict[str, float]] = {}
     """Connector totals since the host started: `<connector>.<direction>` -> count, bytes, seconds."""

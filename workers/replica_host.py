@@ -21,7 +21,8 @@ Failure rules:
   only one request is running, fails that request only. Any other `step()` exception
   means the engine's state is unknown: every running request gets an error output, the
   host reports ERROR and exits 1, and the control plane restarts it (with backoff).
-- A load failure reports ERROR (the exception's last line) and exits 1.
+- A load failure reports ERROR (the exception's last line) and exits 1; a configuration error
+  (`PERMANENT_LOAD_ERRORS`) is reported `permanent`, and the control plane does not retry it.
 - Drain (entry or SIGTERM): new requests are refused with an error output (code
   "replica_draining") while chunks and aborts of running requests still apply; once no
   request runs, the host reports STOPPED and exits 0. After OMNISTAGE_DRAIN_TIMEOUT s
@@ -35,6 +36,7 @@ Exit codes: 0 drained (or another live host already serves this replica), 1 fail
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -52,7 +54,7 @@ import redis
 from stages import streams
 from stages.connectors import Connectors
 from stages.engine import StageEngine
-from stages.errors import StageFailure
+from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
 from workers.foreign_payloads import ForeignPayloads
 from workers.log_stream import publish_logs
@@ -66,6 +68,8 @@ log = logging.getLogger("workers.replica_host")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+PERMANENT_LOAD_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, json.JSONDecodeError)
+"""Load failures that fail the same way on every attempt."""
 IDLE_WAIT_MS = 250
 """How long a read waits for input when the engine has nothing to do (bounds the reaction to a stop)."""
 MAX_CHUNK_WAIT_MS = 50
@@ -160,7 +164,8 @@ class ReplicaHost:
             self.engine = self.build_engine(self.spec)
         except Exception as error:
             log.exception("replica %s: loading the engine failed", self.spec.replica_id)
-            self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}")
+            self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}",
+                                    permanent=isinstance(error, PERMANENT_LOAD_ERRORS))  # fmt: skip
             return EXIT_FAILED
         try:
             self.input.ensure_group()

@@ -113,7 +113,9 @@ class StatusReporter:
         self._beating = True
         self._listed(True)
 
-    def set_state(self, state: ReplicaState, *, progress: float | None = None, error: str | None = None) -> None:
+    def set_state(
+        self, state: ReplicaState, *, progress: float | None = None, error: str | None = None, permanent: bool = False
+    ) -> None:
         with self._lock:
             changed = state != self.status.state
             self.status.state = state
@@ -121,6 +123,7 @@ class StatusReporter:
                 self.status.progress = progress
             if error is not None:
                 self.status.error = error
+                self.status.permanent = permanent
         log.info("replica %s: %s%s", self.status.replica_id, state, f" ({error})" if error else "")
         self._beat_now()
         if changed:

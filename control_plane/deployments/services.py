@@ -6,6 +6,7 @@ import msgspec
 from django.conf import settings
 from django.db import transaction
 
+from control_plane.deployments.checkpoint_check import CheckpointInvalid, checkpoint_check
 from control_plane.deployments.heartbeats import live_devices
 from control_plane.deployments.models import Deployment, DeploymentState, Pipeline, Replica
 from control_plane.deployments.transitions import transition_from_current
@@ -54,6 +55,10 @@ def deployment_create(*, name: str, pipeline: Pipeline, model_dir: str, deploy_c
     if Deployment.objects.filter(name=name).exists():
         raise DeploymentInvalid("name", f"a deployment named {name!r} exists")
     deploy = validate_deploy_config(pipeline, deploy_config)
+    try:
+        checkpoint_check(pipeline.family, model_dir)
+    except CheckpointInvalid as invalid:
+        raise DeploymentInvalid("model_dir", invalid.message) from None
     deployment = Deployment.objects.create(
         name=name,
         pipeline=pipeline,

@@ -228,6 +228,7 @@ def test_a_load_failure_reports_error_and_exits_non_zero(client, redis_url, repl
     host = start_host(spec, redis_url, tmp_path / "bad.log")
     replica.hosts.append(host)
     assert host.process.wait(timeout=30) == 1
+    assert status_events(client, replica.id)[-1].permanent  # a configuration error: the control plane does not retry it
     final = heartbeat(client, replica.id)
     assert final.state == "ERROR" and "stage_deploy.max_batch" in final.error
     assert [event.state for event in status_events(client, replica.id)] == ["LOADING", "ERROR"]
