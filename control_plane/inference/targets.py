@@ -86,7 +86,9 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
     """The RUNNING deployment named `model` that the caller may use.
 
     404 when it does not exist (or the key may not see it: a key's allow-list hides the
-    others), 503 with Retry-After when it exists but is not RUNNING. `check` runs before the
+    others) and when it is stopped on purpose (as OpenAI answers for a model that is not
+    available: clients do not retry), 503 with Retry-After when it exists but is not RUNNING
+    yet (loading, restarting, no replica). `check` runs before the
     state check, so an endpoint the pipeline can never serve answers 400 whatever its state.
     """
     found = await lookup_deployment(model)
@@ -105,6 +107,13 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
     served = found.served
     if check is not None:
         check(served)
+    if deployment.desired_state == Deployment.Desired.STOPPED:
+        raise ApiError(
+            404,
+            f"The model '{model}' is stopped; an operator must start it before it serves requests.",
+            param="model",
+            code="model_not_found",
+        )
     if deployment.state != DeploymentState.RUNNING:
         retry = "10" if deployment.state in (DeploymentState.PENDING, DeploymentState.SCHEDULED) else "5"
         raise ApiError(
