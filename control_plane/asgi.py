@@ -9,6 +9,9 @@ from control_plane.system.asgi_handler import get_asgi_application  # noqa: E402
 django_asgi_app = get_asgi_application()
 
 from control_plane import invalidation  # noqa: E402
+from control_plane.system.reason_phrases import register_reason_phrases  # noqa: E402
+
+register_reason_phrases()  # daphne's status lines name every code (429 Too Many Requests)
 
 invalidation.listener().start()  # the caches of the hot path answer from the first requests on
 

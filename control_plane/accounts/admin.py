@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError
 from django.db.models import Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -222,6 +223,16 @@ class AccountUserAdmin(UserAdmin):
 
     def get_inline_instances(self, request, obj=None):
         return super().get_inline_instances(request, obj) if obj is not None else []  # the add form stays Django's
+
+    def add_view(self, request, form_url="", extra_context=None):
+        """Two admins adding the same username at once both pass the form's uniqueness check and
+        one insert fails: answer that one as the form does (the username is taken), not with a 500."""
+        try:
+            return super().add_view(request, form_url, extra_context)
+        except IntegrityError:
+            if request.method != "POST" or not User.objects.filter(username=request.POST.get("username")).exists():
+                raise
+            return super().add_view(request, form_url, extra_context)  # the form now sees the username taken
 
     @admin.display(description="usage and keys")
     def usage_and_keys(self, user) -> str:
