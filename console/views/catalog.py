@@ -1,9 +1,12 @@
+from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect
 
 from console.access import manages_deployments, signed_in
 from console.deploy_form import DeployForm, checkpoint_choices
 from console.graph import stage_graph
 from console.pages import render_page
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 from control_plane.deployments.apis import resolve_model_dir
 from control_plane.deployments.models import Pipeline
 from control_plane.deployments.queries import pipeline_list
@@ -22,6 +25,7 @@ def catalog(request):
 
 
 @manages_deployments
+@transaction.atomic
 def deploy(request, pipeline: str):
     pipeline = get_object_or_404(Pipeline, name=pipeline)
     config = pipeline_config_of(pipeline)
@@ -38,6 +42,7 @@ def deploy(request, pipeline: str):
         except DeploymentInvalid as error:
             form.add_service_error(error)
         else:
+            audit_record(request, Action.DEPLOYMENT_CREATE, deployment, {"deploy_config": deployment.deploy_config})
             return redirect("console:deployment", name=deployment.name)
     context = {"pipeline": pipeline, "config": config, "graph": stage_graph(config), "form": form}
     context["checkpoints"] = checkpoint_choices()

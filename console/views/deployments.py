@@ -1,4 +1,5 @@
 from django.contrib import messages
+from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -6,6 +7,8 @@ from console.access import can_manage_deployments, manages_deployments, signed_i
 from console.graph import stage_graph
 from console.pages import render_page
 from console.replica_logs import replica_log_tails
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 from control_plane.deployments.queries import deployment_list
 from control_plane.deployments.services import (
     DeploymentInvalid,
@@ -53,6 +56,7 @@ def deployment_panel(request, name: str):
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_scale_view(request, name: str):
     deployment = _deployment(name)
     stage = request.POST.get("stage", "")
@@ -66,29 +70,35 @@ def deployment_scale_view(request, name: str):
     except DeploymentInvalid as error:
         messages.error(request, f"{error.field.rpartition('.')[2].capitalize()}: {error.message}")
     else:
+        audit_record(request, Action.DEPLOYMENT_SCALE, deployment, {"stage": stage, "replicas": replicas})
         messages.success(request, f"Scaling {stage} to {replicas} replica(s).")
     return redirect("console:deployment", name=name)
 
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_stop_view(request, name: str):
-    deployment_stop(deployment=_deployment(name))
+    audit_record(request, Action.DEPLOYMENT_STOP, deployment_stop(deployment=_deployment(name)))
     messages.success(request, f"Stopping {name}.")
     return redirect("console:deployment", name=name)
 
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_start_view(request, name: str):
-    deployment_start(deployment=_deployment(name))
+    audit_record(request, Action.DEPLOYMENT_START, deployment_start(deployment=_deployment(name)))
     messages.success(request, f"Starting {name}.")
     return redirect("console:deployment", name=name)
 
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_delete_view(request, name: str):
-    deployment_delete(deployment=_deployment(name))
+    deployment = _deployment(name)
+    deployment_delete(deployment=deployment)
+    audit_record(request, Action.DEPLOYMENT_DELETE, deployment)
     messages.success(request, f"Deleted {name}.")
     return redirect("console:dashboard")

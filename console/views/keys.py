@@ -2,6 +2,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -12,6 +13,8 @@ from console.pages import render_page
 from control_plane.accounts.models import ApiKey
 from control_plane.accounts.queries import api_key_get, api_key_list, quota_status, usage_records, usage_summary
 from control_plane.accounts.services import DEFAULT_SCOPES, api_key_create, api_key_revoke
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 
 USAGE_DAYS = 14
 
@@ -21,6 +24,7 @@ def _scope_choices(user) -> list:
 
 
 @signed_in
+@transaction.atomic
 def keys(request):
     errors: dict = {}
     form = {"name": "", "scopes": list(DEFAULT_SCOPES)}
@@ -32,6 +36,7 @@ def keys(request):
         except ValidationError as error:
             errors = {field: " ".join(messages_) for field, messages_ in error.message_dict.items()}
         else:
+            audit_record(request, Action.API_KEY_CREATE, key)
             messages.success(request, f"Created key “{key.name}”. Copy the secret now: it is not shown again.")
             form = {"name": "", "scopes": list(DEFAULT_SCOPES)}
     context = {
@@ -48,11 +53,12 @@ def keys(request):
 
 @require_POST
 @signed_in
+@transaction.atomic
 def key_revoke(request, key_id: int):
     key = api_key_get(user=request.user, key_id=key_id)
     if key is None:
         raise Http404("no such key")
-    api_key_revoke(key=key)
+    audit_record(request, Action.API_KEY_REVOKE, api_key_revoke(key=key))
     messages.success(request, f"Revoked key “{key.name}”.")
     return redirect("console:keys")
 

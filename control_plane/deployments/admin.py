@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from control_plane.audit.admin_mixin import AuditedAdminMixin
 from control_plane.deployments.models import Deployment, Pipeline, Replica
 
 
@@ -18,7 +19,7 @@ class ReplicaInline(admin.TabularInline):
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
+class DeploymentAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "pipeline", "state", "desired_state", "state_changed_at", "created_by"]
     list_filter = ["state", "desired_state", "pipeline__family"]
     search_fields = ["name", "model_dir"]
