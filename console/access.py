@@ -60,5 +60,6 @@ def navigation(request) -> dict:
         ("usage", "Usage", reverse("console:usage")),
     ]
     if user_is_admin(user):
+        items.append(("audit", "Audit", reverse("console:audit")))
         items.append(("admin", "Admin", reverse("admin:index")))
     return {"nav": items, "is_admin": user_is_admin(user), "can_deploy": can_manage_deployments(user)}

@@ -1,7 +1,7 @@
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 
-from console.views import auth, catalog, dashboard, deployments, history, keys, playgrounds, voice
+from console.views import audit, auth, catalog, dashboard, deployments, history, keys, playgrounds, voice
 
 app_name = "console"
 urlpatterns = [
@@ -25,6 +25,7 @@ urlpatterns = [
     path("keys/", keys.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", keys.key_revoke, name="key-revoke"),
     path("usage/", keys.usage, name="usage"),
+    path("audit/", audit.audit, name="audit"),
     # The console's own static files (htmx, CSS, ES modules), served by Django so that `make run`
     # needs no web server in front; a distributed install may serve STATIC_ROOT from a proxy instead.
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
