@@ -98,7 +98,7 @@ def deployment_start_view(request, name: str):
 @transaction.atomic
 def deployment_delete_view(request, name: str):
     deployment = _deployment(name)
+    audit_record(request, Action.DEPLOYMENT_DELETE, deployment)  # while it still has its id
     deployment_delete(deployment=deployment)
-    audit_record(request, Action.DEPLOYMENT_DELETE, deployment)
     messages.success(request, f"Deleted {name}.")
     return redirect("console:dashboard")

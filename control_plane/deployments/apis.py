@@ -148,8 +148,8 @@ class DeploymentDetailApi(APIView):
     @transaction.atomic
     def delete(self, request, name: str):
         deployment = _managed_deployment(request, name)
+        audit_record(request, Action.DEPLOYMENT_DELETE, deployment)  # while it still has its id
         deployment_delete(deployment=deployment)
-        audit_record(request, Action.DEPLOYMENT_DELETE, deployment)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -56,8 +56,10 @@ def test_each_deployment_change_leaves_one_entry_with_actor_ip_and_details(root,
 
     AuditEntry.objects.all().delete()
     replicas_stopped("dep")
+    deployment_id = str(Deployment.objects.get(name="dep").pk)
     assert client.delete("/api/deployments/dep/").status_code == 204
-    only_entry(actor=root, action="deployment.delete", target_kind="deployment", target_name="dep", client_ip=KEY_IP)
+    only_entry(actor=root, action="deployment.delete", target_id=deployment_id, target_name="dep", client_ip=KEY_IP)
+    assert not Deployment.objects.filter(name="dep").exists()
 
 
 def test_refused_and_failed_deployment_changes_leave_no_entry(root, alice, pipelines):
