@@ -36,3 +36,4 @@ def _quota(quota) -> dict:
 
 
 _DESCRIBERS = {"deployments.deployment": _deployment, "accounts.apikey": _api_key, "accounts.quota": _quota}
+AUDITED_MODELS = frozenset(_DESCRIBERS)
