@@ -237,7 +237,7 @@ except EnvError as error:
 try:
     DEMO_DEPLOYMENTS = env_colon_tuples(
         "OMNISTAGE_DEMO",
-        ["tiny-llm:llm:qwen2", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
+        ["tiny-llm:llm:smollm2-135m-instruct", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
         ("name", "pipeline", "checkpoint"),
     )
 except EnvError as error:
