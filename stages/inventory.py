@@ -41,7 +41,7 @@ def describe(model_dir: Path) -> dict:
     source, random_weights = _provenance(model_dir)
     return {
         "name": model_dir.name,
-        "path": str(model_dir.resolve()),
+        "path": str(model_dir.absolute()),
         "family": _family(model_dir),
         "architecture": _architecture(model_dir),
         "size_bytes": sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -19,6 +20,9 @@ class Model(models.Model):
     source = models.CharField(max_length=300, blank=True, help_text="Where the weights came from.")
     random_weights = models.BooleanField(
         default=False, help_text="Randomly initialised (a test model): no real answers."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, help_text="Who imported it."
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

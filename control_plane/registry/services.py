@@ -48,12 +48,14 @@ def models_sync(found: list[dict]) -> SyncResult:
 
 
 def model_delete(*, model: Model) -> None:
-    """Delete the row, and the checkpoint directory if it lies in the models folder; refused while a
-    deployment serves it."""
+    """Delete the row and its directory in the models folder (only the link, for a linked import);
+    refused while a deployment serves it."""
     users = deployments_using(model)
     if users:
         raise ModelInUse(model, users)
-    path = Path(model.path)
-    if path.is_dir() and Path(settings.MODELS_DIR).resolve() in path.resolve().parents:
-        shutil.rmtree(path)
+    in_models_dir = Path(settings.MODELS_DIR) / model.name
+    if in_models_dir.is_symlink():  # a linked import: the files stay where they were
+        in_models_dir.unlink()
+    elif in_models_dir.is_dir():
+        shutil.rmtree(in_models_dir)
     model.delete()

@@ -145,3 +145,45 @@ def test_the_catalog_names_each_familys_models_and_badges_random_ones(
     llm_card = page.split('data-pipeline="llm"', 1)[1].split('class="card"', 1)[0]
     assert 'data-model="smol"' in llm_card and 'data-model="tiny"' in llm_card
     assert llm_card.count("data-random-weights") == 1
+
+
+def test_an_admin_imports_a_local_checkpoint_by_copy_or_link(models_dir, admin_api, tmp_path):
+    outside = tmp_path / "downloads"
+    write_llama(outside, "fresh", random_weights=False, source="a fine-tune")
+    copied = admin_api.post("/api/models/", {"path": str(outside / "fresh"), "name": "fresh-copy"}, format="json")
+    assert copied.status_code == 201, copied.content
+    assert copied.json()["family"] == "llm" and copied.json()["created_by"] == "root"
+    assert (models_dir / "fresh-copy" / "model.safetensors").is_file()
+    assert not (models_dir / "fresh-copy").is_symlink()
+
+    linked = admin_api.post("/api/models/", {"path": str(outside / "fresh"), "mode": "link"}, format="json")
+    assert linked.status_code == 201, linked.content
+    assert linked.json()["name"] == "fresh" and (models_dir / "fresh").is_symlink()
+    assert admin_api.delete("/api/models/fresh/").status_code == 204
+    assert not (models_dir / "fresh").exists() and (outside / "fresh" / "config.json").is_file()  # only the link went
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"path": "relative/dir"}, "path"),
+        ({"path": "/nonexistent/checkpoint"}, "path"),
+        ({"path": "{notes}"}, "path"),
+        ({"path": "{smol}"}, "name"),
+        ({"path": "{smol}", "name": "../escape"}, "name"),
+        ({"path": "{smol}", "mode": "move"}, "mode"),
+    ],
+)
+def test_an_import_that_cannot_be_done_is_a_400_naming_the_field(models_dir, admin_api, body, field):
+    body = {key: value.format(notes=models_dir / "notes", smol=models_dir / "smol") for key, value in body.items()}
+    response = admin_api.post("/api/models/", body, format="json")
+    assert response.status_code == 400 and field in response.json(), response.content
+    assert Model.objects.count() == 3
+
+
+def test_importing_needs_an_admin(models_dir, django_user_model):
+    user = django_user_model.objects.create_user("ops", password="x", is_staff=True)
+    _, secret = api_key_create(user=user, name="k", scopes=["deployments:read", "deployments:write"])
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert api.post("/api/models/", {"path": str(models_dir / "smol"), "name": "x"}, format="json").status_code == 403
