@@ -127,6 +127,7 @@ def test_deleting_needs_an_admin(models_dir, django_user_model):
 
 
 def test_the_console_models_page_filters_and_badges_random_weights(models_dir, client, django_user_model):
+    assert client.get(reverse("console:models")).status_code == 302  # signed-in users only
     client.force_login(django_user_model.objects.create_user("alice", password="x"))
     page = client.get(reverse("console:models")).content.decode()
     assert 'data-nav="models"' in page
