@@ -9,9 +9,9 @@ from control_plane.audit.admin_mixin import AuditedAdminMixin
 from control_plane.audit.target_details import AUDITED_MODELS
 
 
-def audited_admins(app_configs, **kwargs) -> list[Error]:
+def audited_admins(app_configs, site: admin.AdminSite | None = None, **kwargs) -> list[Error]:
     errors = []
-    for model, model_admin in admin.site._registry.items():
+    for model, model_admin in (site or admin.site)._registry.items():
         changed = {model, *(inline.model for inline in model_admin.inlines)}
         audited = sorted(m._meta.label_lower for m in changed if m._meta.label_lower in AUDITED_MODELS)
         if audited and not isinstance(model_admin, AuditedAdminMixin):

@@ -15,7 +15,7 @@ def test_the_platform_admins_all_record_their_changes():
     assert not [error for error in checks.run_checks(tags=["admin"]) if error.id == "omnistage.E101"]
 
 
-def test_an_admin_that_would_change_an_audited_model_unrecorded_is_an_error(monkeypatch):
+def test_an_admin_that_would_change_an_audited_model_unrecorded_is_an_error():
     class QuotaInline(admin.TabularInline):
         model = Quota
         fk_name = "user"
@@ -23,11 +23,9 @@ def test_an_admin_that_would_change_an_audited_model_unrecorded_is_an_error(monk
     class PlainUserAdmin(admin.ModelAdmin):
         inlines = [QuotaInline]
 
-    registry = {
-        Quota: admin.ModelAdmin(Quota, admin.site),
-        get_user_model(): PlainUserAdmin(get_user_model(), admin.site),
-    }
-    monkeypatch.setattr(admin.site, "_registry", registry)
-    errors = audited_admins(None)
+    site = admin.AdminSite(name="unaudited")
+    site.register(Quota)
+    site.register(get_user_model(), PlainUserAdmin)
+    errors = audited_admins(None, site=site)
     assert [error.id for error in errors] == ["omnistage.E101", "omnistage.E101"]
     assert any("PlainUserAdmin changes accounts.quota" in error.msg for error in errors)
