@@ -1,5 +1,7 @@
 from django.contrib.staticfiles.views import serve as serve_static
+from django.templatetags.static import static
 from django.urls import path, re_path
+from django.views.generic import RedirectView
 
 from console.views import auth, catalog, dashboard, deployments, history, keys, playgrounds, voice
 
@@ -11,6 +13,8 @@ urlpatterns = [
     path("dashboard/panel/", dashboard.dashboard_panel, name="dashboard-panel"),
     path("catalog/", catalog.catalog, name="catalog"),
     path("catalog/<slug:pipeline>/deploy/", catalog.deploy, name="deploy"),
+    path("deployments/", deployments.deployments, name="deployments"),
+    path("deployments/panel/", deployments.deployments_panel, name="deployments-panel"),
     path("deployments/<slug:name>/", deployments.deployment_detail, name="deployment"),
     path("deployments/<slug:name>/panel/", deployments.deployment_panel, name="deployment-panel"),
     path("deployments/<slug:name>/scale/", deployments.deployment_scale_view, name="deployment-scale"),
@@ -27,5 +31,6 @@ urlpatterns = [
     path("usage/", keys.usage, name="usage"),
     # The console's own static files (htmx, CSS, ES modules), served by Django so that `make run`
     # needs no web server in front; a distributed install may serve STATIC_ROOT from a proxy instead.
+    path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
 ]

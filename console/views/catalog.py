@@ -1,24 +1,20 @@
 from django.shortcuts import get_object_or_404, redirect
 
 from console.access import manages_deployments, signed_in
+from console.catalog import MODALITIES, CatalogQuery, catalog_families
 from console.deploy_form import DeployForm, checkpoint_choices
 from console.graph import stage_graph
 from console.pages import render_page
 from control_plane.deployments.apis import resolve_model_dir
 from control_plane.deployments.models import Pipeline
-from control_plane.deployments.queries import pipeline_list
 from control_plane.deployments.services import DeploymentInvalid, deployment_create, pipeline_config_of
 
 
 @signed_in
 def catalog(request):
-    families: dict[str, list] = {}
-    for pipeline in pipeline_list():
-        config = pipeline_config_of(pipeline)
-        families.setdefault(pipeline.family, []).append(
-            {"pipeline": pipeline, "config": config, "graph": stage_graph(config)}
-        )
-    return render_page(request, "console/catalog.html", {"families": families}, active="catalog")
+    query = CatalogQuery.from_params(request.GET)
+    context = {"families": catalog_families(query), "query": query, "modalities": MODALITIES}
+    return render_page(request, "console/catalog.html", context, active="catalog")
 
 
 @manages_deployments
