@@ -243,3 +243,119 @@ def test_a_scale_on_a_deployment_that_then_stops_leaves_no_notice(root_client, p
     assert 'data-scaling="echo"' in root_client.get(panel_url).content.decode()
     root_client.post(reverse("console:deployment-stop", args=["dep"]))
     assert "data-scaling" not in root_client.get(panel_url).content.decode()
+
+
+# -- video defaults -----------------------------------------------------------------------------
+
+
+def _running(name: str, pipeline: str) -> Deployment:
+    return Deployment.objects.create(name=name, pipeline=Pipeline.objects.get(name=pipeline), model_dir="/models/x",
+                                     state=DeploymentState.RUNNING)  # fmt: skip
+
+
+def test_the_video_form_opens_on_a_frame_count_the_family_accepts(alice_client, pipelines):
+    config = Pipeline.objects.get(name="text_to_video").config
+    assert config["frame_multiple"] == 4 and (config["request_defaults"]["num_frames"] - 1) % 4 == 0
+    url = reverse("console:playground", args=["video"])
+    for deployments in ([], ["clip"]):  # from the catalog's video family, then from the running deployment
+        for name in deployments:
+            _running(name, "text_to_video")
+        page = alice_client.get(url).content.decode()
+        frames = re.search(r'<input id="num_frames"[^>]*>', page).group(0)
+        assert 'value="17"' in frames and 'step="4"' in frames and 'min="1"' in frames
+    assert re.search(r'<option value="clip" data-num-frames="17" data-frame-multiple="4">', page)
+
+
+def test_a_video_request_without_a_frame_count_leaves_it_to_the_deployment():
+    from console.code_samples import curl_sample
+    from console.playground_requests import playground_request
+
+    message = {"mode": "video", "deployment": "clip", "input": {"prompt": "waves", "num_frames": ""}}
+    run = playground_request(message)
+    assert "num_frames" not in run.request.params and "num_frames" not in curl_sample(run, "http://x")
+    message["input"]["num_frames"] = "17"
+    assert playground_request(message).request.params["num_frames"] == 17
+
+
+def test_a_pipeline_refuses_a_default_frame_count_its_multiple_rejects():
+    from stages.config import PipelineConfig, StageConfig
+    from stages.errors import ConfigError
+
+    stage = StageConfig(id=0, name="dit", kind="diffusion", output="video")
+    with pytest.raises(ConfigError, match="4k \\+ 1"):
+        PipelineConfig(family="f", name="n", stages=[stage], frame_multiple=4, request_defaults={"num_frames": 8})
+
+
+# -- API keys -----------------------------------------------------------------------------------
+
+
+def test_a_key_gets_an_expiry_and_a_deployment_allow_list_from_the_form(alice_client, alice):
+    from control_plane.accounts.models import ApiKey
+
+    day = (timezone.localdate() + timedelta(days=30)).isoformat()
+    response = alice_client.post(reverse("console:keys"), {"name": "ci", "scopes": ["inference"],
+                                 "expires_on": day, "allowed_deployments": "omni, tts  other"})  # fmt: skip
+    page = response.content.decode()
+    assert response.status_code == 200 and "data-secret" in page and 'data-copy="new-secret"' in page
+    key = ApiKey.objects.get(name="ci")
+    assert key.allowed_deployments == ["omni", "tts", "other"]
+    assert timezone.localtime(key.expires_at).date().isoformat() > day  # through the end of that day
+    assert timezone.localtime(key.expires_at - timedelta(microseconds=1)).date().isoformat() == day
+    row = page[page.index('data-key="ci"') :]
+    shown_expiry = timezone.localtime(key.expires_at).strftime("%Y-%m-%d %H:%M")
+    assert "omni, tts, other" in row[: row.index("</tr>")] and shown_expiry in row[: row.index("</tr>")]
+    assert 'data-confirm="Revoke the key “ci”?' in row
+
+
+def test_key_form_errors_for_expiry_land_on_the_field(alice_client, alice):
+    from control_plane.accounts.models import ApiKey
+
+    for value in ("2001-01-01", "next week"):
+        response = alice_client.post(reverse("console:keys"), {"name": "old", "scopes": ["inference"],
+                                     "expires_on": value, "allowed_deployments": "omni"})  # fmt: skip
+        page = response.content.decode()
+        assert response.status_code == 400 and not ApiKey.objects.filter(name="old").exists()
+        field = page[page.index('id="key-expires"') - 200 :]
+        assert 'class="field invalid"' in field[:200] and "errorlist" in field[:1000]
+        assert f'value="{value}"' in page and 'value="omni"' in page  # what was typed stays
+
+
+def test_a_key_name_with_html_is_escaped_in_the_revoke_confirmation(alice_client, alice):
+    from console_data import SCRIPT
+
+    alice_client.post(reverse("console:keys"), {"name": SCRIPT, "scopes": ["inference"]})
+    page = alice_client.get(reverse("console:keys")).content.decode()
+    assert SCRIPT not in page and 'data-confirm="Revoke the key “&lt;script&gt;' in page
+
+
+# -- voice "View code" --------------------------------------------------------------------------
+
+
+def test_the_voice_playground_shows_python_and_javascript_for_its_deployment(alice_client, pipelines):
+    _running("talky", "echo-voice")
+    page = alice_client.get(reverse("console:voice")).content.decode()
+    assert 'id="voice-code"' in page and 'data-code="python"' in page and 'data-code="javascript"' in page
+    assert "client.realtime.connect(model=&#x27;talky&#x27;)" in page
+    code = alice_client.get(reverse("console:voice-code"), {"deployment": "talky", "voice": "Ethan",
+                                                            "instructions": 'Say "hi"'}).json()  # fmt: skip
+    python, javascript = code["python"], code["javascript"]
+    compile(python, "sample.py", "exec")  # valid Python
+    assert "from openai import OpenAI" in python and 'websocket_base_url="ws://testserver/v1"' in python
+    assert "client.realtime.connect(model='talky')" in python and "'voice': 'Ethan'" in python
+    assert "'instructions': 'Say \"hi\"'" in python and "response.output_audio.delta" in python
+    assert '"ws://testserver/v1/realtime?model=" + encodeURIComponent("talky")' in javascript
+    assert '"instructions": "Say \\"hi\\""' in javascript and '"voice": "Ethan"' in javascript
+    assert "openai-insecure-api-key." in javascript and "client_secrets" in javascript
+    assert alice_client.get(reverse("console:voice-code"), {"deployment": "x"}).json()["python"].count("x") >= 1
+    assert Client().get(reverse("console:voice-code")).status_code == 302  # signed-in users only
+
+
+def test_the_javascript_sample_is_valid_javascript(alice_client, tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    code = alice_client.get(reverse("console:voice-code"), {"deployment": "talky"}).json()
+    (tmp_path / "sample.mjs").write_text(code["javascript"])
+    subprocess.run(["node", "--check", str(tmp_path / "sample.mjs")], check=True, capture_output=True)
