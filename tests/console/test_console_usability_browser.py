@@ -7,10 +7,18 @@ test-artifacts/console/."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import wave
+
+import numpy as np
 import pytest
 from console_browser import chromium_page, shot
 from console_stack import wait_running
+from procs import PYTHON
 
+from control_plane.accounts.services import api_key_create
 from control_plane.deployments.models import Pipeline
 from control_plane.deployments.services import deployment_create
 
@@ -141,6 +149,34 @@ def voice_code_follows_the_form(page, base: str) -> None:
     shot(page, "25-voice-code")
 
 
+def the_shown_code_runs(page, root, tmp_path) -> None:
+    """The voice page's Python (the openai SDK) and JavaScript (Node's WebSocket) samples, as shown,
+    each answer one spoken turn."""
+    page.select_option("#voice", "")  # the deployment's own voice
+    page.wait_for_function(
+        "() => !document.querySelector(\"#voice-code [data-code='python']\").textContent.includes('Ethan')"
+    )
+    _, secret = api_key_create(user=root, name="sample", scopes=["inference"])
+    env = {**os.environ, "OMNISTAGE_API_KEY": secret}
+    question = tmp_path / "question.wav"
+    with wave.open(str(question), "wb") as out:  # a second of a 220 Hz tone, 24 kHz mono 16-bit
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(24000)
+        out.writeframes((3000 * np.sin(2 * np.pi * 220 * np.arange(24000) / 24000)).astype("<i2").tobytes())
+    (tmp_path / "sample.py").write_text(page.text_content("#voice-code [data-code='python']"))
+    ran = subprocess.run([PYTHON, "sample.py", str(question)], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("[user audio "), ran.stdout
+    with wave.open(str(tmp_path / "answer.wav"), "rb") as answer:
+        assert answer.getframerate() == 24000 and answer.getnframes() > 0
+    if shutil.which("node") is None:
+        return
+    (tmp_path / "sample.mjs").write_text(page.text_content("#voice-code [data-code='javascript']"))
+    ran = subprocess.run(["node", "--experimental-websocket", "sample.mjs"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0 and "[user audio " in ran.stdout.replace("\n", ""), ran.stdout + ran.stderr
+
+
 def styled_404(page, base: str) -> None:
     response = page.goto(f"{base}/no/such/page/")
     assert response.status == 404
@@ -154,7 +190,7 @@ def styled_404(page, base: str) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_the_consoles_rough_edges_in_a_browser(console_stack, root, page):
+def test_the_consoles_rough_edges_in_a_browser(console_stack, root, page, tmp_path):
     base = console_stack.base
     deployment_create(name="talky", pipeline=Pipeline.objects.get(name="echo-voice"), model_dir="-",
                       deploy_config=FAST)  # fmt: skip
@@ -165,5 +201,6 @@ def test_the_consoles_rough_edges_in_a_browser(console_stack, root, page):
     catalog_search(page, base)
     key_copy_and_revoke(page, base)
     voice_code_follows_the_form(page, base)
+    the_shown_code_runs(page, root, tmp_path)
     styled_404(page, base)
     assert page.errors == [] and page.dialogs == []
