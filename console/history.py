@@ -87,6 +87,20 @@ def input_text(row: InferenceRequest) -> str:
     return content if isinstance(content, str) else ""
 
 
+def api_video_jobs(user, limit: int = 10) -> list[InferenceRequest]:
+    """The user's own newest video jobs made through `/v1/videos` (the console's own runs are on
+    the video page already), each with its video artifact if it has one."""
+    rows = request_list(viewer=user, see_all=False, route=Route.VIDEOS).filter(deleted_at__isnull=True)
+    jobs = list(rows.exclude(request_id__startswith=CONSOLE_PREFIX).order_by("-created_at")[:limit])
+    for job in jobs:
+        job.video = next((artifact for artifact in job.artifacts.all() if artifact.kind == "video"), None)
+    return jobs
+
+
+CONSOLE_PREFIX = "console-"
+"""The request ids of the playgrounds' runs (console.playground_requests.new_request_id)."""
+
+
 def history_get(user, request_id: str) -> InferenceRequest | None:
     return request_get(viewer=user, see_all=user_is_admin(user), request_id=request_id)
 

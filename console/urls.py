@@ -23,6 +23,7 @@ urlpatterns = [
     path("deployments/<slug:name>/delete/", deployments.deployment_delete_view, name="deployment-delete"),
     path("playground/voice/", voice.voice_playground, name="voice"),
     path("playground/voice/code/", voice.voice_code, name="voice-code"),
+    path("playground/video/api-jobs/", playgrounds.video_api_jobs, name="video-api-jobs"),
     path("playground/<slug:mode>/", playgrounds.playground, name="playground"),
     path("history/", history.history, name="history"),
     path("history/<str:request_id>/", history.history_detail, name="history-detail"),

@@ -1,10 +1,13 @@
 from django.http import Http404
+from django.shortcuts import render
 
 from console.access import signed_in
+from console.history import api_video_jobs
 from console.pages import render_page
 from console.playground_requests import AUDIO_FORMATS, MODES, SPEECH_FORMATS, VOICES
 from control_plane.deployments.queries import pipeline_list, running_deployments
 from control_plane.deployments.services import pipeline_config_of
+from control_plane.inference.models import FINAL_STATUSES
 
 WANTS = {"chat": {"text"}, "image": {"image"}, "speech": {"audio"}, "video": {"video"}}
 TITLES = {"chat": "Chat", "image": "Image generation", "speech": "Speech", "video": "Video generation"}
@@ -55,4 +58,16 @@ def playground(request, mode: str):
     }
     if mode == "video":
         context["video_defaults"] = _first_video_defaults(deployments)
+        context.update(_api_jobs(request))
     return render_page(request, f"console/playground_{mode}.html", context, active=mode)
+
+
+def _api_jobs(request) -> dict:
+    jobs = api_video_jobs(request.user)
+    return {"api_jobs": jobs, "api_jobs_pending": any(job.status not in FINAL_STATUSES for job in jobs)}
+
+
+@signed_in
+def video_api_jobs(request):
+    """The video page's list of the user's API jobs, polled while one of them is unfinished."""
+    return render(request, "console/partials/api_video_jobs.html", _api_jobs(request))

@@ -359,3 +359,22 @@ def test_the_javascript_sample_is_valid_javascript(alice_client, tmp_path):
     code = alice_client.get(reverse("console:voice-code"), {"deployment": "talky"}).json()
     (tmp_path / "sample.mjs").write_text(code["javascript"])
     subprocess.run(["node", "--check", str(tmp_path / "sample.mjs")], check=True, capture_output=True)
+
+
+def test_the_video_page_lists_the_users_api_jobs_and_polls_while_one_runs(alice_client, alice, bob, pipelines):
+    def job(user, request_id: str, status: str) -> InferenceRequest:
+        return InferenceRequest.objects.create(request_id=request_id, user=user, route="videos", status=status,
+                                               deployment_name="clip", inputs={"prompt": f"prompt of {request_id}"})  # fmt: skip
+
+    job(alice, "video_api_1", "completed")
+    running = job(alice, "video_api_2", "running")
+    job(alice, "console-video-abc", "completed")  # a playground run: shown by the page's own list
+    job(bob, "video_bob", "running")
+    page = alice_client.get(reverse("console:playground", args=["video"])).content.decode()
+    assert _names(page, "data-api-job") == ["video_api_2", "video_api_1"]
+    assert 'hx-trigger="every 3s"' in page and "prompt of video_api_2" in page
+    running.status = "completed"
+    running.save()
+    partial = alice_client.get(reverse("console:video-api-jobs")).content.decode()
+    assert _names(partial, "data-api-job") == ["video_api_2", "video_api_1"]
+    assert "hx-trigger" not in partial and "<html" not in partial  # all done: the polling stops
