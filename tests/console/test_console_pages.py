@@ -27,6 +27,10 @@ PAGES = [
     ("console:history", []),
     ("console:keys", []),
     ("console:usage", []),
+    ("console:deployments", []),
+    ("console:deployments-panel", []),
+    ("console:voice-code", []),
+    ("console:video-api-jobs", []),
 ]
 
 
