@@ -1,7 +1,5 @@
 from django.contrib.staticfiles.views import serve as serve_static
-from django.templatetags.static import static
 from django.urls import path, re_path
-from django.views.generic import RedirectView
 
 from console.views import auth, catalog, dashboard, deployments, history, keys, playgrounds, voice
 
@@ -33,6 +31,5 @@ urlpatterns = [
     path("usage/", keys.usage, name="usage"),
     # The console's own static files (htmx, CSS, ES modules), served by Django so that `make run`
     # needs no web server in front; a distributed install may serve STATIC_ROOT from a proxy instead.
-    path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
 ]
