@@ -51,6 +51,7 @@ def navigation(request) -> dict:
         ("dashboard", "Dashboard", reverse("console:dashboard")),
         ("deployments", "Deployments", reverse("console:deployments")),
         ("catalog", "Catalog", reverse("console:catalog")),
+        ("models", "Models", reverse("console:models")),
         ("chat", "Chat", reverse("console:playground", args=["chat"])),
         ("image", "Image", reverse("console:playground", args=["image"])),
         ("speech", "Speech", reverse("console:playground", args=["speech"])),
