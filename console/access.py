@@ -49,6 +49,7 @@ def navigation(request) -> dict:
         return {"nav": []}
     items = [
         ("dashboard", "Dashboard", reverse("console:dashboard")),
+        ("deployments", "Deployments", reverse("console:deployments")),
         ("catalog", "Catalog", reverse("console:catalog")),
         ("models", "Models", reverse("console:models")),
         ("chat", "Chat", reverse("console:playground", args=["chat"])),

@@ -60,6 +60,13 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     stages: list[StageConfig]
     edges: list[EdgeConfig] = []
     needs_chat_template: bool = False
+    request_defaults: dict[str, Any] = {}
+    """Per-request parameters a client should start from (a video family's frame count), published
+    so that the console's forms open on values the engine accepts."""
+    frame_multiple: int = 1
+    """Video: num_frames - 1 must be a multiple of this (the VAE's temporal downscale, 4 for Wan)."""
+    internal: bool = False
+    """A test pipeline (the echo family): deployable, but not offered in the console's catalog."""
 
     def __post_init__(self) -> None:
         _validate_pipeline(self)
@@ -110,10 +117,19 @@ def _validate_pipeline(config: PipelineConfig) -> None:
                 raise ConfigError(f"edges[{index}].{end}", f"no stage with id {getattr(edge, end)}")
         if edge.source == edge.target:
             raise ConfigError(f"edges[{index}]", "an edge cannot loop on one stage")
+    _check_request_defaults(config)
     entries = [sid for sid in ids if sid not in {edge.target for edge in config.edges}]
     if len(entries) != 1:
         raise ConfigError("edges", f"the graph needs exactly one entry stage, found {entries}")
     _check_acyclic(config)
+
+
+def _check_request_defaults(config: PipelineConfig) -> None:
+    if config.frame_multiple < 1:
+        raise ConfigError("frame_multiple", f"must be at least 1, got {config.frame_multiple}")
+    frames = config.request_defaults.get("num_frames")
+    if frames is not None and (not isinstance(frames, int) or frames < 1 or (frames - 1) % config.frame_multiple):
+        raise ConfigError("request_defaults.num_frames", f"must be {config.frame_multiple}k + 1, got {frames!r}")
 
 
 def _check_acyclic(config: PipelineConfig) -> None:

@@ -4,9 +4,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import can_manage_deployments, manages_deployments, signed_in
+from console.deployment_rows import deployment_row
 from console.graph import stage_graph
 from console.pages import render_page
 from console.replica_logs import replica_log_tails
+from console.scaling import scaling_notices, scaling_requested
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
 from control_plane.deployments.queries import deployment_list
@@ -22,6 +24,10 @@ from control_plane.deployments.services import (
 
 def _deployment(name: str):
     return get_object_or_404(deployment_list(), name=name)
+
+
+def _rows() -> list[dict]:
+    return [deployment_row(deployment) for deployment in deployment_list().order_by("name")]
 
 
 def _context(request, deployment) -> dict:
@@ -41,12 +47,27 @@ def _context(request, deployment) -> dict:
         "stages": stages,
         "logs": replica_log_tails(replica for stage in stages for replica in stage["replicas"]),
         "can_manage": can_manage_deployments(request.user),
+        "scaling": scaling_notices(request.session, deployment),
     }
 
 
 @signed_in
+def deployments(request):
+    context = {"rows": _rows()}
+    return render_page(request, "console/deployments.html", context, active="deployments")
+
+
+@signed_in
+def deployments_panel(request):
+    """The live part of the deployments list, polled by htmx."""
+    context = {"rows": _rows(), "can_deploy": can_manage_deployments(request.user)}
+    return render(request, "console/partials/deployments_table.html", context)
+
+
+@signed_in
 def deployment_detail(request, name: str):
-    return render_page(request, "console/deployment.html", _context(request, _deployment(name)), active="dashboard")
+    context = _context(request, _deployment(name))
+    return render_page(request, "console/deployment.html", context, active="deployments")
 
 
 @signed_in
@@ -69,9 +90,9 @@ def deployment_scale_view(request, name: str):
         deployment_scale(deployment=deployment, stage=stage, replicas=replicas)
     except DeploymentInvalid as error:
         messages.error(request, f"{error.field.rpartition('.')[2].capitalize()}: {error.message}")
-    else:
+    else:  # the panel shows the scale under way until it has landed
         audit_record(request, Action.DEPLOYMENT_SCALE, deployment, {"stage": stage, "replicas": replicas})
-        messages.success(request, f"Scaling {stage} to {replicas} replica(s).")
+        scaling_requested(request.session, deployment.name, stage, replicas)
     return redirect("console:deployment", name=name)
 
 

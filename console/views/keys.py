@@ -9,12 +9,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.access import signed_in, user_is_admin
+from console.key_form import KeyForm
 from console.pages import render_page
 from control_plane.accounts.models import ApiKey
 from control_plane.accounts.queries import api_key_get, api_key_list, quota_status, usage_records, usage_summary
-from control_plane.accounts.services import DEFAULT_SCOPES, api_key_create, api_key_revoke
+from control_plane.accounts.services import api_key_create, api_key_revoke
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
+from control_plane.deployments.queries import deployment_list
 
 USAGE_DAYS = 14
 
@@ -27,24 +29,25 @@ def _scope_choices(user) -> list:
 @transaction.atomic
 def keys(request):
     errors: dict = {}
-    form = {"name": "", "scopes": list(DEFAULT_SCOPES)}
+    form = KeyForm.blank()
     created_secret = None
     if request.method == "POST":
-        form = {"name": request.POST.get("name", "").strip(), "scopes": request.POST.getlist("scopes")}
+        form = KeyForm.from_post(request.POST)
         try:
-            key, created_secret = api_key_create(user=request.user, name=form["name"], scopes=form["scopes"])
+            key, created_secret = api_key_create(user=request.user, **form.create_arguments())
         except ValidationError as error:
             errors = {field: " ".join(messages_) for field, messages_ in error.message_dict.items()}
         else:
             audit_record(request, Action.API_KEY_CREATE, key)
             messages.success(request, f"Created key “{key.name}”. Copy the secret now: it is not shown again.")
-            form = {"name": "", "scopes": list(DEFAULT_SCOPES)}
+            form = KeyForm.blank()
     context = {
         "keys": api_key_list(user=request.user),
         "form": form,
         "errors": errors,
         "scope_choices": _scope_choices(request.user),
         "created_secret": created_secret,
+        "deployment_names": list(deployment_list().order_by("name").values_list("name", flat=True)),
     }
     response = render_page(request, "console/keys.html", context, active="keys", status=400 if errors else 200)
     response["Cache-Control"] = "no-store"  # the page may carry a secret

@@ -27,6 +27,10 @@ PAGES = [
     ("console:history", []),
     ("console:keys", []),
     ("console:usage", []),
+    ("console:deployments", []),
+    ("console:deployments-panel", []),
+    ("console:voice-code", []),
+    ("console:video-api-jobs", []),
 ]
 
 
@@ -62,7 +66,7 @@ def test_navigation_shows_only_what_the_user_may_use(alice_client, root, pipelin
     root_client = Client()
     root_client.force_login(root)
     page = root_client.get(reverse("console:catalog")).content.decode()
-    assert 'data-nav="admin"' in page and "/catalog/echo-voice/deploy/" in page
+    assert 'data-nav="admin"' in page and "/catalog/qwen2_5_omni/deploy/" in page
 
 
 def test_a_plain_user_never_reaches_admin_pages(alice_client):
