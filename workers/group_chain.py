@@ -28,8 +28,8 @@ from workers.group_handover import GroupHandover
 
 log = logging.getLogger(__name__)
 
-OUTPUT_WAIT_S = 0.05
-"""Longest wait in `step()` for a member's outputs (the host reads its input stream in between)."""
+OUTPUT_WAIT_S = 0.02
+"""Longest wait in `step()` for a member's outputs (bounds how long new input waits to be read)."""
 
 
 class MemberFailed(RuntimeError):

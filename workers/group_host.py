@@ -33,6 +33,11 @@ class GroupHost(ReplicaHost):
         kwargs.setdefault("build_engine", load_group_chain)
         super().__init__(spec, client, **kwargs)
 
+    def _wait_ms(self) -> int | None:
+        """While requests run, outputs arrive on the chain's queue, where `step()` waits for them:
+        the input stream is only looked at, so an output is never held up behind a blocking read."""
+        return None if self.engine.has_unfinished() else super()._wait_ms()
+
     def _ended(self, output: StageOutput) -> bool:
         return output.request_id not in self.engine.active
 
