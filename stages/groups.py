@@ -90,7 +90,9 @@ def _group(pipeline: PipelineConfig, name: str, stage_ids: list[int]) -> StageGr
     ]
     leaving = {sid for sid in stage_ids if any(edge.target not in inside for edge in pipeline.downstream(sid))}
     published = {
-        sid for sid in stage_ids if pipeline.stage(sid).output is not None or sid in leaving or not pipeline.downstream(sid)
+        sid
+        for sid in stage_ids
+        if pipeline.stage(sid).output is not None or sid in leaving or not pipeline.downstream(sid)
     }
     return StageGroup(
         name=name,

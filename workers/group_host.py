@@ -78,7 +78,9 @@ def load_group_chain(spec: ReplicaSpec) -> GroupChain:
     deploy.validate(pipeline)
     group = StageGroups(pipeline, deploy).groups.get(spec.group)
     if group is None or pipeline.stage(group.entry).name != spec.stage:
-        raise ConfigError("group", f"the members {sorted(deploys)} do not form group {spec.group!r} entered at {spec.stage!r}")
+        raise ConfigError(
+            "group", f"the members {sorted(deploys)} do not form group {spec.group!r} entered at {spec.stage!r}"
+        )
     torch.set_num_threads(replica_threads(deploys[spec.stage]))
 
     def build(name: str) -> StageEngine:

@@ -220,7 +220,8 @@ def _update_deployment_state(deployment: Deployment, now: datetime) -> bool:
     pipeline = pipeline_config_of(deployment.pipeline)
     replicas = list(deployment.replicas.exclude(state__in=[S.DRAINING, S.STOPPED]))
     by_stage = {
-        stage.name: [r for r in replicas if r.stage == stage.name or stage.name in r.members] for stage in pipeline.stages
+        stage.name: [r for r in replicas if r.stage == stage.name or stage.name in r.members]
+        for stage in pipeline.stages
     }
     serving = {S.WARMING, S.RUNNING}
     every_stage_ready = all(any(r.state in serving for r in group) for group in by_stage.values())

@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0002_replica_transfers'),
+        ("deployments", "0002_replica_transfers"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='replica',
-            name='group',
-            field=models.CharField(blank=True, help_text='The stage group this replica hosts, if any.', max_length=64),
+            model_name="replica",
+            name="group",
+            field=models.CharField(blank=True, help_text="The stage group this replica hosts, if any.", max_length=64),
         ),
         migrations.AddField(
-            model_name='replica',
-            name='members',
-            field=models.JSONField(blank=True, default=list, help_text='The stages of its group, entry first.'),
+            model_name="replica",
+            name="members",
+            field=models.JSONField(blank=True, default=list, help_text="The stages of its group, entry first."),
         ),
     ]
