@@ -62,6 +62,14 @@ class StageGroups:
         return bool(self.groups)
 
 
+def ungrouped(deploy: DeployConfig) -> DeployConfig:
+    """The deploy config without groups (in one process every stage is co-located already)."""
+    import msgspec
+
+    stages = {name: msgspec.structs.replace(config, group=None) for name, config in deploy.stages.items()}
+    return msgspec.structs.replace(deploy, stages=stages)
+
+
 def _members_by_group(pipeline: PipelineConfig, deploy: DeployConfig) -> dict[str, list[int]]:
     members: dict[str, list[int]] = {}
     for stage_id in topological_order(pipeline):
