@@ -39,8 +39,6 @@ class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     default_backend: Backend = "torch"
     model_subdir: str = ""
     """Which part of the checkpoint directory this stage loads (empty: the whole)."""
-    input_processor: str | None = None
-    """Dotted path of the function that turns upstream outputs into this stage's input."""
     default_sampling: dict[str, Any] = {}
     init_image: bool = False
     """The stage can start from an input image instead of noise (image edits: `payloads["image"]`
@@ -207,7 +205,6 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Per-stage placement, keyed by stage name. Stages left out take the defaults."""
 
     stages: dict[str, StageDeployConfig] = {}
-    async_chunk: bool = True
     max_queue: int = 64
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
