@@ -24,6 +24,7 @@ from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.groups import StageGroups
 from stages.protocol import ReplicaSpec, StageOutput
+from workers.device_pinning import local_device
 from workers.group_chain import GroupChain
 from workers.replica_host import ReplicaHost
 
@@ -50,15 +51,17 @@ def _nowhere(_key: str) -> bool:
 
 
 def member_deploys(spec: ReplicaSpec) -> dict[str, StageDeployConfig]:
-    """Each member's deploy config, on the device the spec assigns to the group's replica."""
+    """Each member's deploy config, on the device the spec assigns to the group's replica (by its
+    name in this process: a host pinned to `cuda:N` sees it as `cuda:0`)."""
     deploys = {}
     for name, raw in spec.members.items():
         try:
             stage_deploy = msgspec.convert(raw, StageDeployConfig)
         except msgspec.ValidationError as error:
             raise ConfigError(f"members.{name}", str(error)) from None
-        if spec.device and spec.device != stage_deploy.device:
-            stage_deploy = msgspec.structs.replace(stage_deploy, device=spec.device)
+        device = local_device(spec.device or stage_deploy.device, os.environ)
+        if device != stage_deploy.device:
+            stage_deploy = msgspec.structs.replace(stage_deploy, device=device)
         stage_deploy.validate(f"members.{name}")
         deploys[name] = stage_deploy
     return deploys

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("deployments", "0002_replica_transfers"),
+        ("deployments", "0003_deploy_config_without_async_chunk"),
     ]
 
     operations = [
