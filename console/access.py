@@ -50,6 +50,7 @@ def navigation(request) -> dict:
     items = [
         ("dashboard", "Dashboard", reverse("console:dashboard")),
         ("catalog", "Catalog", reverse("console:catalog")),
+        ("models", "Models", reverse("console:models")),
         ("chat", "Chat", reverse("console:playground", args=["chat"])),
         ("image", "Image", reverse("console:playground", args=["image"])),
         ("speech", "Speech", reverse("console:playground", args=["speech"])),

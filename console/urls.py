@@ -1,7 +1,7 @@
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 
-from console.views import auth, catalog, dashboard, deployments, history, keys, playgrounds, voice
+from console.views import auth, catalog, dashboard, deployments, history, keys, models, playgrounds, voice
 
 app_name = "console"
 urlpatterns = [
@@ -11,6 +11,7 @@ urlpatterns = [
     path("dashboard/panel/", dashboard.dashboard_panel, name="dashboard-panel"),
     path("catalog/", catalog.catalog, name="catalog"),
     path("catalog/<slug:pipeline>/deploy/", catalog.deploy, name="deploy"),
+    path("models/", models.models, name="models"),
     path("deployments/<slug:name>/", deployments.deployment_detail, name="deployment"),
     path("deployments/<slug:name>/panel/", deployments.deployment_panel, name="deployment-panel"),
     path("deployments/<slug:name>/scale/", deployments.deployment_scale_view, name="deployment-scale"),

@@ -8,15 +8,22 @@ from control_plane.deployments.apis import resolve_model_dir
 from control_plane.deployments.models import Pipeline
 from control_plane.deployments.queries import pipeline_list
 from control_plane.deployments.services import DeploymentInvalid, deployment_create, pipeline_config_of
+from control_plane.registry.queries import models_by_family
 
 
 @signed_in
 def catalog(request):
     families: dict[str, list] = {}
+    models = models_by_family()
     for pipeline in pipeline_list():
         config = pipeline_config_of(pipeline)
         families.setdefault(pipeline.family, []).append(
-            {"pipeline": pipeline, "config": config, "graph": stage_graph(config)}
+            {
+                "pipeline": pipeline,
+                "config": config,
+                "graph": stage_graph(config),
+                "models": models.get(pipeline.family, []),
+            }
         )
     return render_page(request, "console/catalog.html", {"families": families}, active="catalog")
 
