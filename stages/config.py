@@ -169,6 +169,10 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     sampling: dict[str, Any] = {}
     """Default sampling for this stage when a request gives none (e.g. a talker's max_tokens),
     over the pipeline's own default."""
+    group: str | None = None
+    """Stages naming the same group run in one replica host process, which hands each request's
+    outputs from one of them to the next in memory (`stages.groups`); the orchestrator routes
+    only into the group's entry stage and takes back what leaves the group."""
 
     def validate(self, path: str) -> None:
         if self.replicas < 1:
@@ -198,6 +202,12 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if not self.pool or not self.pool.replace(".", "").replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"{path}.pool", f"expected a queue name such as 'cpu' or 'gpu.h200', got {self.pool!r}")
+        if self.group is not None and not _is_name(self.group):
+            raise ConfigError(f"{path}.group", f"expected a name of letters, digits, '-' or '_', got {self.group!r}")
+
+
+def _is_name(value: str) -> bool:
+    return bool(value) and len(value) <= 64 and value.replace("-", "").replace("_", "").isalnum()
 
 
 def _is_device(device: str) -> bool:
@@ -253,6 +263,9 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise ConfigError("max_queue", "must be at least 1")
         if self.hop_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ConfigError("hop_timeout_s", "timeouts must be positive")
+        from stages.groups import validate_groups  # the groups module reads these configs
+
+        validate_groups(pipeline, self)
 
 
 def _convert(data: Any, kind: type, path: str = "") -> Any:

@@ -31,6 +31,7 @@ def test_layering_contracts_hold():
 CONTROL_PLANE_USES_OF_STAGES = {
     "stages.config",
     "stages.errors",
+    "stages.groups",
     "stages.heartbeat",
     "stages.orchestrator",
     "stages.protocol",

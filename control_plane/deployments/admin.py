@@ -14,7 +14,7 @@ class PipelineAdmin(admin.ModelAdmin):
 class ReplicaInline(admin.TabularInline):
     model = Replica
     extra = 0
-    fields = ["stage", "index", "pool", "device", "host", "state", "restarts", "last_error"]
+    fields = ["stage", "group", "members", "index", "pool", "device", "host", "state", "restarts", "last_error"]
     readonly_fields = fields
 
 
@@ -28,6 +28,6 @@ class DeploymentAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Replica)
 class ReplicaAdmin(admin.ModelAdmin):
-    list_display = ["deployment", "stage", "index", "pool", "state", "restarts", "last_heartbeat"]
+    list_display = ["deployment", "stage", "group", "index", "pool", "state", "restarts", "last_heartbeat"]
     list_filter = ["state", "pool"]
     search_fields = ["deployment__name", "host", "last_error"]

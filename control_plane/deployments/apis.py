@@ -38,6 +38,8 @@ class ReplicaOutput(serializers.Serializer):
     id = serializers.UUIDField()
     deployment = serializers.CharField(source="deployment.name")
     stage = serializers.CharField()
+    group = serializers.CharField()
+    members = serializers.ListField(child=serializers.CharField())
     index = serializers.IntegerField()
     pool = serializers.CharField()
     device = serializers.CharField()

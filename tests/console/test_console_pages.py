@@ -252,6 +252,17 @@ def test_the_deployment_panel_shows_loading_progress_and_errors(alice_client, pi
     assert 'class="dot LOADING"' in page and 'class="dot ERROR"' in page
 
 
+def test_the_deployment_panel_shows_one_row_per_stage_group_replica(alice_client, pipelines):
+    grouped = {"stages": {"echo": {"group": "speech"}, "voice": {"group": "speech"}}}
+    deployment_create(
+        name="dep", pipeline=Pipeline.objects.get(name="echo-voice"), model_dir="-", deploy_config=grouped
+    )
+    page = alice_client.get(reverse("console:deployment-panel", args=["dep"])).content.decode()
+    assert page.count("<tr data-replica=") == 1
+    row = page[page.index('data-replica="echo-0"') :]
+    assert "speech (echo+voice)" in row[: row.index("</tr>")]
+
+
 def test_the_dashboard_shows_rates_percentiles_and_the_chart(alice_client, alice, pipelines):
     from datetime import timedelta
 
