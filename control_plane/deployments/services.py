@@ -8,6 +8,7 @@ from django.db import transaction
 
 from control_plane.deployments.heartbeats import live_devices
 from control_plane.deployments.models import Deployment, DeploymentState, Pipeline, Replica
+from control_plane.deployments.replica_tasks import stop_replica
 from control_plane.deployments.transitions import transition_from_current
 from stages.config import DeployConfig, PipelineConfig, StageDeployConfig, load_deploy_config, load_pipeline_config
 from stages.errors import ConfigError
@@ -140,8 +141,6 @@ def deployment_start(*, deployment: Deployment) -> Deployment:
 
 
 def deployment_delete(*, deployment: Deployment) -> None:
-    from control_plane.deployments.reconciler import stop_replica
-
     for replica in deployment.replicas.exclude(state=DeploymentState.STOPPED):
         stop_replica(replica)
     deployment.delete()

@@ -13,7 +13,7 @@ from procs import wait_for
 from runtime_serving import collect, request, text_of
 
 from control_plane.deployments.models import Deployment, Pipeline
-from control_plane.deployments.reconciler import replica_spec
+from control_plane.deployments.replica_tasks import replica_spec
 from control_plane.deployments.services import deployment_create, deployment_scale
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
