@@ -16,17 +16,16 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import msgspec
 from django.conf import settings
 from django.utils import timezone
 
-from control_plane.celery import app as celery_app
 from control_plane.deployments.heartbeats import live_pools, replica_statuses
 from control_plane.deployments.models import Deployment, DeploymentState, Replica
+from control_plane.deployments.replica_tasks import start_replica, stop_replica
 from control_plane.deployments.services import pipeline_config_of
 from control_plane.deployments.transitions import transition
 from stages.config import load_deploy_config
-from stages.protocol import ReplicaSpec, ReplicaStatus
+from stages.protocol import ReplicaStatus
 
 log = logging.getLogger(__name__)
 S = DeploymentState
@@ -39,33 +38,6 @@ NOT_RETRIED = "not retried: the configuration cannot load (fix it, then stop and
 def backoff_s(restarts: int) -> float:
     """10 s, 20 s, 40 s … capped at 5 min (settings)."""
     return min(settings.REPLICA_BACKOFF_BASE_S * 2 ** max(restarts - 1, 0), settings.REPLICA_BACKOFF_MAX_S)
-
-
-def replica_spec(replica: Replica) -> ReplicaSpec:
-    deployment = replica.deployment
-    pipeline = pipeline_config_of(deployment.pipeline)
-    deploy = load_deploy_config(deployment.deploy_config)
-    stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
-    return ReplicaSpec(
-        replica_id=str(replica.id),
-        deployment_id=str(deployment.id),
-        family=deployment.pipeline.family,
-        pipeline=deployment.pipeline.config,
-        stage=replica.stage,
-        stage_id=replica.stage_id,
-        model_dir=deployment.model_dir,
-        stage_deploy=msgspec.to_builtins(stage_deploy),
-        device=replica.device,
-    )
-
-
-def start_replica(replica: Replica) -> None:
-    spec = msgspec.to_builtins(replica_spec(replica))
-    celery_app.send_task("workers.start_replica", args=[spec], queue=replica.pool)
-
-
-def stop_replica(replica: Replica) -> None:
-    celery_app.send_task("workers.stop_replica", args=[str(replica.id)], queue=replica.pool)
 
 
 @dataclass
@@ -222,7 +194,10 @@ def _update_deployment_state(deployment: Deployment, now: datetime) -> bool:
     """Derive the deployment's state from its replicas; True when it needs a warm-up request."""
     pipeline = pipeline_config_of(deployment.pipeline)
     replicas = list(deployment.replicas.exclude(state__in=[S.DRAINING, S.STOPPED]))
-    by_stage = {stage.name: [r for r in replicas if r.stage == stage.name] for stage in pipeline.stages}
+    by_stage = {
+        stage.name: [r for r in replicas if r.stage == stage.name or stage.name in r.members]
+        for stage in pipeline.stages
+    }
     serving = {S.WARMING, S.RUNNING}
     every_stage_ready = all(any(r.state in serving for r in group) for group in by_stage.values())
     current = deployment.state
