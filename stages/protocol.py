@@ -87,6 +87,8 @@ class StageError(msgspec.Struct, frozen=True, kw_only=True):
     type: Literal["invalid_request_error", "server_error", "timeout_error", "cancelled"] = "server_error"
     param: str | None = None
     code: str | None = None
+    retry_after_s: float | None = None
+    """When the request may be tried again (a refusal for load: `code="overloaded"`)."""
 
 
 class StageRequest(msgspec.Struct, kw_only=True):
