@@ -211,3 +211,6 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     ts: float = 0.0
     transfers: dict[str, dict[str, float]] = {}
     """Connector totals since the host started: `<connector>.<direction>` -> count, bytes, seconds."""
+    dropped_inputs: int = 0
+    """Inputs dropped unprocessed since the host started: of requests that had ended (aborted,
+    failed, finished) or that it had already taken (redeliveries)."""
