@@ -171,7 +171,9 @@ def main() -> None:
     if model_dir != "-" and not Path(model_dir).is_dir():
         sys.exit(f"no checkpoint at {model_dir}: build the tiny models with `python -m stages.tiny var/models`")
     with tempfile.TemporaryDirectory(prefix="omni-overload-") as scratch:
-        with LivePlatform(Path(scratch), database=args.database, web_processes=1) as platform:
+        # a loaded CPU machine loading torch stages must not declare its replicas dead
+        slow_machine = {"OMNISTAGE_HEARTBEAT_INTERVAL": "1", "OMNISTAGE_HEARTBEAT_TTL": "30"}
+        with LivePlatform(Path(scratch), database=args.database, web_processes=1, extra_env=slow_machine) as platform:
             platform.deploy("overload", args.pipeline, model_dir, deploy_config(args), timeout=600)
             measured = asyncio.run(run(args, platform, "overload"))
             time.sleep(2.0)  # let the replicas' drop of ended work show in their streams
