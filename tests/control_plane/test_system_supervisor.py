@@ -97,3 +97,28 @@ def test_a_killed_orchestrator_is_restarted_and_a_component_that_is_not_restarta
         wait_for(lambda: not any(pid_alive(int(pid)) for pid in pids.values()), timeout=15, what="children gone")
     finally:
         up.stop()
+
+
+def test_a_restartable_component_that_keeps_dying_is_reported_and_stops_the_platform():
+    import io
+    import sys
+
+    from control_plane.system.supervisor import Component, Supervisor
+
+    out = io.StringIO()
+    supervisor = Supervisor(out=out, max_restarts=2, restart_window_s=60)
+    crashing = Component(
+        "crashing",
+        [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"],
+        ready=lambda: True,
+        restart=True,
+    )
+    steady = Component("steady", [sys.executable, "-c", "import time; time.sleep(60)"], ready=lambda: True)
+    supervisor.start_group([steady, crashing])
+    try:
+        assert supervisor.watch() == 1
+    finally:
+        supervisor.stop_all()
+    log = out.getvalue()
+    assert log.count("crashing exited with code 3; restarting it") == 2
+    assert "crashing exited 3 times within 60 s" in log and "crashing exited with code 3; stopping everything" in log

@@ -1,6 +1,7 @@
 """Over capacity and under faults, on the live stack: a full stage answers 503 with Retry-After
 before any byte streams; a killed orchestrator ends its clients' streams with an error event and
-their rows `failed`; rows of a killed web process are closed by the history writer's orphan sweep."""
+their rows `failed`; rows of a killed web process are closed by the history writer's orphan sweep;
+the queued work of requests whose clients left is dropped, not worked through."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from contextlib import ExitStack
 
 import httpx
 import pytest
+import redis
 from procs import PYTHON, wait_for
 
 from control_plane.inference.models import InferenceRequest
+from stages import streams
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -144,3 +147,43 @@ def test_rows_of_a_killed_web_process_are_closed_by_the_orphan_sweep(serving_sta
     for row in rows:
         assert row.error["code"] == "serving_lost" and row.http_status == 503 and row.finished_at is not None
     serving_stack.start_web()
+
+
+def voice_replica(stack, name: str) -> dict:
+    """The heartbeat of the deployment's `voice` replica."""
+    deployment = stack.http("GET", f"/api/deployments/{name}/", secret=stack.operator_secret).json()
+    (replica,) = [replica for replica in deployment["replicas"] if replica["stage"] == "voice"]
+    client = redis.Redis.from_url(stack.redis.url)
+    try:
+        raw = client.get(streams.replica_heartbeat(replica["id"]))
+        return {**json.loads(raw), "input_entries": client.xlen(streams.replica_input(replica["id"]))}
+    finally:
+        client.close()
+
+
+def test_the_queued_work_of_requests_whose_clients_left_is_dropped_in_every_stage(serving_stack):
+    """A fast text stage streams every word to a slow voice stage, whose input stream backs up; when
+    the clients leave, the voice replica drops that backlog unprocessed instead of working through it."""
+    config = {"stages": {"echo": {"options": {"delay_s": 0.005}},
+                         "voice": {"max_waiting": 32, "options": {"delay_s": 0.3}}}}  # fmt: skip
+    serving_stack.deploy("slow-voice", "echo-voice", deploy_config=config)
+    serving_stack.wait_running("slow-voice")
+    body = {**chat("slow-voice"), "modalities": ["text", "audio"]}
+    with ExitStack() as exits:
+        opened = [open_stream(serving_stack, exits, body) for _ in range(8)]
+        wait_for(lambda: voice_replica(serving_stack, "slow-voice")["input_entries"] > 1000, timeout=WAIT_S,
+                 interval=0.2, what="the voice stage's input to back up")  # fmt: skip
+        backlog = voice_replica(serving_stack, "slow-voice")["input_entries"]
+        assert len(opened) == 8
+    left_at = time.monotonic()  # every client hung up
+    wait_for(
+        lambda: (beat := voice_replica(serving_stack, "slow-voice"))["input_entries"] == 0 and beat["running"] == 0,
+        timeout=WAIT_S, interval=0.2, what="the voice stage to drop its backlog",
+    )  # fmt: skip
+    drained_s = time.monotonic() - left_at
+    # working through it would take at least 0.3 s per read of 64 entries; dropping it takes a few reads
+    print(f"a backlog of {backlog} entries was gone {drained_s:.1f} s after the clients left")
+    assert drained_s < backlog / 64 * 0.3
+    dropped = wait_for(lambda: voice_replica(serving_stack, "slow-voice")["dropped_inputs"], timeout=10,
+                       what="dropped inputs in the heartbeat")  # fmt: skip
+    assert dropped > 0
