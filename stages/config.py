@@ -218,7 +218,7 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_queue: int = 64
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
-    max_realtime_lag_s: float | None = 20.0
+    max_realtime_lag_s: float | None = 30.0
     """A request whose audio falls this many seconds behind real time (wall time since its first
     audio minus the audio produced) fails with `behind_realtime` instead of stalling its listener
     (None: no bound)."""
