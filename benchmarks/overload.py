@@ -3,7 +3,7 @@ an outage?
 
     python benchmarks/overload.py                       # tiny Qwen2.5-Omni (var/models), 50 clients x 2
     python benchmarks/overload.py --pipeline echo-voice # the echo text -> voice pipeline, seconds instead of minutes
-    python benchmarks/overload.py --clients 100 --per-client 3 --max-running 2 --max-waiting 2
+    python benchmarks/overload.py --clients 100 --per-client 3 --max-running 4 --max-waiting 4
 
 On a private platform (LivePlatform: redis-server, a worker, the orchestrator, the web tier), it
 measures in one run:
@@ -161,8 +161,8 @@ def main() -> None:
     parser.add_argument("--model-dir", default=str(REPO / "var" / "models" / "qwen2_5_omni"))
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--per-client", type=int, default=2)
-    parser.add_argument("--max-running", type=int, default=4, help="per stage replica")
-    parser.add_argument("--max-waiting", type=int, default=4, help="per stage replica")
+    parser.add_argument("--max-running", type=int, default=1, help="per stage replica (sized for a 2-core CPU)")
+    parser.add_argument("--max-waiting", type=int, default=1, help="per stage replica")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a client waits for one request")
     parser.add_argument("--database", default="sqlite", choices=["sqlite", "postgres"])
     args = parser.parse_args()
