@@ -244,7 +244,9 @@ class ReplicaHost:
             return
         self._last_ended_check = now
         for request_id in self.aborted.among(sorted(self.running)):
-            log.info("replica %s: request %s was ended by the orchestrator; freeing it", self.spec.replica_id, request_id)
+            log.info(
+                "replica %s: request %s was ended by the orchestrator; freeing it", self.spec.replica_id, request_id
+            )
             self._abort(request_id)
 
     def _apply(self, entry: InputEntry) -> None:
