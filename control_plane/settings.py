@@ -266,6 +266,8 @@ try:
     ARTIFACT_URL_TTL_S = env_int("OMNISTAGE_ARTIFACT_URL_TTL_S", 3600, minimum=1)
     HISTORY_RETENTION_DAYS = env_float("OMNISTAGE_HISTORY_RETENTION_DAYS", 30.0, minimum=0.0)  # 0 keeps everything
     HISTORY_CLEANUP_INTERVAL_S = env_float("OMNISTAGE_HISTORY_CLEANUP_INTERVAL_S", 3600.0, minimum=1.0)
+    # a `running` row whose serving process stopped renewing its lease this long ago is closed as failed
+    HISTORY_ORPHAN_GRACE_S = env_float("OMNISTAGE_HISTORY_ORPHAN_GRACE_S", 60.0, minimum=10.0)
 except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
 LOGIN_URL = "console:login"

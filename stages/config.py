@@ -178,6 +178,19 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     """Stages naming the same group run in one replica host process, which hands each request's
     outputs from one of them to the next in memory (`stages.groups`); the orchestrator routes
     only into the group's entry stage and takes back what leaves the group."""
+    max_running: int | None = None
+    """Admission: requests one replica of this stage works on at once (None: `max_batch`)."""
+    max_waiting: int | None = None
+    """Admission: requests admitted per replica beyond `max_running`, queued or still upstream
+    (None: `max_batch`). A request that finds every stage it needs full is refused with a 503."""
+
+    @property
+    def running_limit(self) -> int:
+        return self.max_running if self.max_running is not None else self.max_batch
+
+    @property
+    def waiting_limit(self) -> int:
+        return self.max_waiting if self.max_waiting is not None else self.max_batch
 
     def validate(self, path: str) -> None:
         if self.replicas < 1:
@@ -194,6 +207,10 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"{path}.cpu_threads", "must be at least 1")
+        if self.max_running is not None and self.max_running < 1:
+            raise ConfigError(f"{path}.max_running", "must be at least 1")
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise ConfigError(f"{path}.max_waiting", "must be at least 0")
         if self.sampling:
             from stages.protocol import SamplingParams
 
@@ -229,6 +246,10 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_queue: int = 64
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
+    max_realtime_lag_s: float | None = 30.0
+    """A request whose audio falls this many seconds behind real time (wall time since its first
+    audio minus the audio produced) fails with `behind_realtime` instead of stalling its listener
+    (None: no bound)."""
     map_openai_voices: bool = False
     """OpenAI's voice names (alloy, ash, ... verse) speak with the model's default voice instead of
     being refused with the list of its own voices."""
@@ -282,6 +303,8 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         from stages.groups import validate_groups  # the groups module reads these configs
 
         validate_groups(pipeline, self)
+        if self.max_realtime_lag_s is not None and self.max_realtime_lag_s <= 0:
+            raise ConfigError("max_realtime_lag_s", "must be positive (or null for no bound)")
 
 
 def _convert(data: Any, kind: type, path: str = "") -> Any:

@@ -87,6 +87,8 @@ class StageError(msgspec.Struct, frozen=True, kw_only=True):
     type: Literal["invalid_request_error", "server_error", "timeout_error", "cancelled"] = "server_error"
     param: str | None = None
     code: str | None = None
+    retry_after_s: float | None = None
+    """When the request may be tried again (a refusal for load: `code="overloaded"`)."""
 
 
 class StageRequest(msgspec.Struct, kw_only=True):
@@ -218,3 +220,6 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     ts: float = 0.0
     transfers: dict[str, dict[str, float]] = {}
     """Connector totals since the host started: `<connector>.<direction>` -> count, bytes, seconds."""
+    dropped_inputs: int = 0
+    """Inputs dropped unprocessed since the host started: of requests that had ended (aborted,
+    failed, finished) or that it had already taken (redeliveries)."""

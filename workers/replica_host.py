@@ -16,6 +16,12 @@ that carried them is acknowledged; a segment written on another host is asked of
 writer (`workers.foreign_payloads`), and this host answers such `export` entries, and
 `release` entries for segments nobody will read. Transfer totals go out with the heartbeat.
 
+Dead work: before taking a read's inputs, and every ENDED_CHECK_S while requests run, the
+host asks which of their requests the orchestrator has ended (`streams.aborted_requests`):
+their queued inputs are dropped unprocessed and their engine state is freed at once, not
+when the abort entry queued behind them is reached. Dropped inputs (and redeliveries of
+inputs already taken) are counted in the heartbeat's `dropped_inputs` and logged once per read.
+
 Failure rules:
 - Bad input (InvalidRequest / StageFailure from add_request or add_chunk, an undecodable
   entry) fails that request only, with an error output; the host keeps serving.
@@ -58,6 +64,7 @@ from stages.connectors import Connectors
 from stages.engine import StageEngine
 from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from workers.dropped_inputs import AbortedRequests, DroppedInputs
 from workers.foreign_payloads import ForeignPayloads
 from workers.log_stream import publish_logs
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
@@ -77,6 +84,8 @@ IDLE_WAIT_MS = 250
 MAX_CHUNK_WAIT_MS = 50
 """Longest wait for input while requests wait for chunks (the wait doubles from 1 ms while no output comes)."""
 REDIS_RETRY_S = 0.5
+ENDED_CHECK_S = 0.5
+"""How often the host asks whether requests it runs were ended by the orchestrator."""
 
 
 @dataclass
@@ -124,6 +133,9 @@ class ReplicaHost:
             fetch_foreign=ForeignPayloads(client).fetch,
         )
         self.routes = PayloadRoutes(client, spec, host)
+        self.aborted = AbortedRequests(client)
+        self.dropped = DroppedInputs(spec.replica_id)
+        self._last_ended_check = 0.0
         self.connector_preference = spec.stage_deploy.get("connector", "auto")
         self.reporter = StatusReporter(
             client,
@@ -131,6 +143,7 @@ class ReplicaHost:
             queue_depth=self.input.depth,
             running=lambda: len(self.running),
             transfers=self.connectors.stats,
+            dropped_inputs=lambda: self.dropped.total,
         )
         self.seen = SeenEntries()
         self.engine: StageEngine | None = None
@@ -201,6 +214,7 @@ class ReplicaHost:
                 entries = backlog or self.input.read(block_ms=self._wait_ms())
                 backlog = []
                 self._take(entries)
+                self._drop_ended_running()
                 if self.engine.has_unfinished():
                     self._step()
                 else:
@@ -221,9 +235,26 @@ class ReplicaHost:
         return min(MAX_CHUNK_WAIT_MS, 1 << min(self._idle_steps, 6))
 
     def _take(self, entries: list[InputEntry]) -> None:
+        requested = {entry.message.request_id for entry in entries if isinstance(entry.message, StageRequest)}
+        for request_id in self.aborted.among(sorted(requested)):
+            self._abort(request_id)  # its inputs below are then dropped as inputs of a closed request
         for entry in entries:
             self._apply(entry)
             self._unacked.append(entry)
+        self.dropped.log_batch()
+
+    def _drop_ended_running(self) -> None:
+        """Free the engine state of running requests the orchestrator ended (failed elsewhere,
+        cancelled, timed out) without waiting for their abort entries."""
+        now = time.monotonic()
+        if not self.running or now - self._last_ended_check < ENDED_CHECK_S:
+            return
+        self._last_ended_check = now
+        for request_id in self.aborted.among(sorted(self.running)):
+            log.info(
+                "replica %s: request %s was ended by the orchestrator; freeing it", self.spec.replica_id, request_id
+            )
+            self._abort(request_id)
 
     def _apply(self, entry: InputEntry) -> None:
         message = entry.message
@@ -249,7 +280,7 @@ class ReplicaHost:
     def _take_request(self, request: StageRequest) -> None:
         request_id = request.request_id
         if not self.seen.first_time(request_id, request.seq):
-            log.info("replica %s: ignoring a redelivered input %s#%d", self.spec.replica_id, request_id, request.seq)
+            self.dropped.add(request_id)  # a redelivery, or an input of a request that ended
             return
         try:
             request = self.connectors.load_request(request)

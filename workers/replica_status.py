@@ -71,6 +71,7 @@ class StatusReporter:
         queue_depth: Callable[[], int] = lambda: 0,
         running: Callable[[], int] = lambda: 0,
         transfers: Callable[[], dict] = dict,
+        dropped_inputs: Callable[[], int] = lambda: 0,
         interval_s: float | None = None,
         ttl_s: float | None = None,
     ):
@@ -79,6 +80,7 @@ class StatusReporter:
         self.queue_depth = queue_depth
         self.running = running
         self.transfers = transfers
+        self.dropped_inputs = dropped_inputs
         self.index = streams.deployment_replicas(spec.deployment_id)
         self.ttl_s = ttl_s if ttl_s is not None else heartbeat_ttl_s()
         self.status = ReplicaStatus(
@@ -176,5 +178,6 @@ class StatusReporter:
             self.status.queue_depth = depth
             self.status.running = self.running()
             self.status.transfers = self.transfers()
+            self.status.dropped_inputs = self.dropped_inputs()
             self.status.ts = time.time()
             return msgspec.to_builtins(self.status)

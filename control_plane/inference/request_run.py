@@ -53,6 +53,7 @@ from control_plane.inference.history_log import history_append, history_catch_up
 from control_plane.inference.models import InferenceRequest, Route, Status
 from control_plane.inference.outcome import Delta, Outcome, Usage
 from control_plane.inference.services import artifact_store
+from control_plane.inference.serving_leases import leases_for
 from control_plane.inference.targets import Caller, Served
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.serving import ServingUnavailable, serve
@@ -244,6 +245,7 @@ class RequestRun:
             modalities=modalities, status=status, lease_expires_at=lease_expires_at,
         )  # fmt: skip
         await self._append([self.opened])
+        await self._hold_lease()
         if durable:
             await orm_in_thread(history_catch_up)([self.request_id])
         await self.charge.admit(estimate or {})
@@ -286,6 +288,7 @@ class RequestRun:
             self.opened.started_at = time.time()
             self.opened.attempts += 1
             self.opened.status = Status.RUNNING
+            await self._hold_lease()
             await self._append([RowStarted(row_id=self.opened.id, started_at=self.opened.started_at,
                                            attempts=self.opened.attempts)])  # fmt: skip
 
@@ -449,9 +452,21 @@ class RequestRun:
         user_id = getattr(self.caller.user, "pk", None) if self.caller.user is not None else None
         await history_append(loop_redis(), self.request_id, user_id, [event for event in events if event is not None])
 
+    async def _hold_lease(self) -> None:
+        """While the row is `running`, this process says it serves it (serving_leases.py)."""
+        if self.opened is not None and self.opened.status == Status.RUNNING:
+            try:
+                await leases_for(loop_redis()).hold(self.request_id)
+            except Exception:
+                log.exception("could not take the serving lease of request %s", self.request_id)
+
     async def _end(self, events: list[HistoryEvent | None]) -> None:
         self.ended = True
         try:
             await self._append(events)
         except Exception:
             log.exception("could not record the end of request %s", self.request_id)
+        try:
+            await leases_for(loop_redis()).release(self.request_id)
+        except Exception:  # the lease then ages out; the row is closed already
+            log.exception("could not release the serving lease of request %s", self.request_id)

@@ -3,7 +3,8 @@
 No I/O, no clock, no threads: drivers (in-process asyncio, Redis streams) feed it events
 and carry out its actions. It owns cross-stage request state:
 
-- admission: at most `deploy.max_queue` requests in flight per deployment;
+- admission: at most `deploy.max_queue` requests in flight per deployment, and room in every
+  stage a request needs (`admission.py`: 503 `overloaded` with a retry estimate);
 - replica choice: the replica of the stage holding the fewest of our requests, sticky
   per request and stage (a replica holds that request's KV cache);
 - forwarding: each stage output goes along the pipeline's edges, chunk by chunk when
@@ -28,6 +29,7 @@ import msgspec
 from stages.config import DeployConfig, PipelineConfig, StageConfig
 from stages.groups import StageGroups
 from stages.orchestrator.actions import Action, Complete, Emit, Fail, RequestSummary, SendAbort, SendToReplica
+from stages.orchestrator.admission import StageSeconds, admission_refusal
 from stages.orchestrator.discards import discard, output_handles, undelivered_handles
 from stages.orchestrator.events import (
     Cancel,
@@ -62,6 +64,8 @@ class Deployment:
         self.client_stage_ids = [stage.id for stage in self.pipeline.stages if stage.output is not None]
         self.entry_id = self.pipeline.entry_stage.id
         self.groups = StageGroups(self.pipeline, self.deploy)
+        self.audio_stage_ids = [stage.id for stage in self.pipeline.stages if stage.output == "audio"]
+        self.stage_seconds = StageSeconds()
 
 
 @dataclass
@@ -214,6 +218,12 @@ class Orchestrator:
                     summary=RequestSummary(),
                 )
             ]
+        unwanted = unwanted_stages(deployment.pipeline, event.request.params.get("modalities"))
+        needed = [stage for stage in deployment.pipeline.stages if stage.id not in unwanted]
+        in_flight = [state for state in self.requests.values() if state.deployment_id == event.deployment_id]
+        refused = admission_refusal(deployment.deploy, needed, in_flight, deployment.stage_seconds)
+        if refused is not None:
+            return [Fail(request_id=request_id, reply_to=event.reply_to, error=refused, summary=RequestSummary())]
         state = RequestState(
             request_id=request_id,
             deployment_id=event.deployment_id,
@@ -223,7 +233,7 @@ class Orchestrator:
             submitted_at=event.at,
             stages={stage.id: StageProgress(name=stage.name) for stage in deployment.pipeline.stages},
         )
-        for stage_id in unwanted_stages(deployment.pipeline, event.request.params.get("modalities")):
+        for stage_id in unwanted:
             state.stages[stage_id].finished = True  # never sent anything: forwarding and completion pass it by
         self.requests[request_id] = state
         self._changed.add(request_id)
@@ -452,6 +462,9 @@ class Orchestrator:
         progress.finished_at = at
         progress.early = {}
         self._release(state.request_id, stage_id, progress)
+        deployment = self.deployments.get(state.deployment_id)
+        if deployment is not None and progress.started_at is not None:
+            deployment.stage_seconds.observe(progress.name, at - progress.started_at)
 
     # ------------------------------------------------------- endings and control
 
@@ -517,6 +530,13 @@ class Orchestrator:
         if now - state.submitted_at > deploy.request_timeout_s:
             message = f"the request did not finish within request_timeout_s={deploy.request_timeout_s:g}s"
             return StageError(message=message, type="timeout_error", code="request_timeout")
+        lag = _realtime_lag(state, self.deployments[state.deployment_id].audio_stage_ids, now)
+        if deploy.max_realtime_lag_s is not None and lag > deploy.max_realtime_lag_s:
+            message = (
+                f"the audio fell {lag:.1f}s behind real time (max_realtime_lag_s={deploy.max_realtime_lag_s:g}s): "
+                f"{state.audio_seconds:.1f}s of audio in {now - state.first_audio_at:.1f}s"
+            )
+            return StageError(message=message, type="timeout_error", code="behind_realtime")
         for progress in state.stages.values():
             if progress.waiting_since is not None and now - progress.waiting_since > deploy.hop_timeout_s:
                 message = (
@@ -555,6 +575,15 @@ def _with_stage(error: StageError, stage_name: str) -> StageError:
     if error.type == "invalid_request_error" or error.message.startswith(f"stage {stage_name!r}"):
         return error
     return msgspec.structs.replace(error, message=f"stage {stage_name!r}: {error.message}")
+
+
+def _realtime_lag(state: RequestState, audio_stage_ids: list[int], now: float) -> float:
+    """How far a listener who started playing at the first audio chunk waits behind real time:
+    wall time since that chunk minus the seconds of audio produced (0 before any audio, and once
+    the audio stages finished)."""
+    if state.first_audio_at is None or all(state.stages[sid].finished for sid in audio_stage_ids):
+        return 0.0
+    return (now - state.first_audio_at) - state.audio_seconds
 
 
 def _audio_seconds(output: StageOutput) -> float:

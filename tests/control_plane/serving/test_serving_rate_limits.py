@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 RESET = re.compile(r"^(?:\d+h)?(?:\d+m)?\d+s$|^\d+ms$")
 CONCURRENT = 200
 QUOTA = 50
-ECHO = {"stages": {"echo": {"options": {"delay_s": 0.01}}}, "max_queue": CONCURRENT}
+ECHO = {"stages": {"echo": {"options": {"delay_s": 0.01}, "max_waiting": CONCURRENT}}, "max_queue": CONCURRENT}
 
 
 def messages(text: str) -> list[dict]:

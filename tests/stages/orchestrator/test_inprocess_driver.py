@@ -80,7 +80,8 @@ async def test_cancel_reaches_every_stage_of_a_chain():
 
 
 async def test_many_concurrent_requests_all_complete_in_order():
-    driver = driver_for("chain", stages={"echo": {"replicas": 2}, "echo2": {"replicas": 2}}, max_queue=200)
+    stages = {"echo": {"replicas": 2, "max_waiting": 50}, "echo2": {"replicas": 2, "max_waiting": 50}}
+    driver = driver_for("chain", stages=stages, max_queue=200)
     await driver.start()
     try:
         prompts = {f"r{i}": " ".join(f"t{i}_{j}" for j in range(i % 7 + 1)) for i in range(100)}
