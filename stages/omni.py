@@ -4,8 +4,9 @@
     omni = Omni("var/models/qwen2")
     print(omni.generate("Hello")[0].text)
 
-`Omni` is synchronous (its event loop runs on a background thread); `AsyncOmni` streams
-deltas on the caller's loop. `load_format="dummy"` (either) builds every stage from the directory's
+`Omni` is synchronous (its event loop runs on a background thread) and returns whole answers, so
+by default it does not bound how far audio may fall behind real time (`max_realtime_lag_s`);
+`AsyncOmni` streams deltas on the caller's loop. `load_format="dummy"` (either) builds every stage from the directory's
 configs with seeded random weights: `Omni("qwen2_5_omni_7b", load_format="dummy")` serves a directory
 of configs and tokenizer files only (see `python -m stages.tiny --real-shapes`). Both drive the orchestrator core through the in-process
 driver, with one engine per stage replica on its own thread.
@@ -235,6 +236,8 @@ class Omni:
         pipeline: str | None = None,
         load_format: str | None = None,
     ):
+        if deploy is None:  # whole answers, returned at the end: no listener waits on the audio in real time
+            deploy = DeployConfig(max_realtime_lag_s=None)
         self.engine = AsyncOmni(model, family=family, deploy=deploy, pipeline=pipeline, load_format=load_format)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="omni-loop", daemon=True)
