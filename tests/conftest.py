@@ -9,7 +9,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection
-from procs import REPO, RedisServer, stop_all
+from procs import METRICS_TOKEN, REPO, RedisServer, stop_all
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -59,6 +59,7 @@ def platform_env(database_url, tmp_path) -> dict[str, str]:
         OMNISTAGE_HEARTBEAT_INTERVAL="0.3",
         OMNISTAGE_HEARTBEAT_TTL="1.5",
         PYTHONUNBUFFERED="1",
+        OMNISTAGE_METRICS_TOKEN=METRICS_TOKEN,
     )
     return env
 

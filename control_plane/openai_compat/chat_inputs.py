@@ -201,8 +201,9 @@ def decode_image_bytes(raw: bytes, param: str):
         image.load()
     except Image.DecompressionBombError as error:
         raise ApiError(413, f"'{param}' has too many pixels: {error}", param=param, code="media_too_large") from None
-    except (UnidentifiedImageError, OSError, ValueError) as error:
-        raise invalid(param, f"'{param}' could not be decoded as an image: {error}", "invalid_image") from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        # PIL's text names its in-memory file object (`<_io.BytesIO object at 0x...>`): not for clients
+        raise invalid(param, f"'{param}' could not be decoded as an image.", "invalid_image") from None
     return image
 
 
@@ -219,8 +220,8 @@ def _check_audio(raw: bytes, fmt: str, param: str) -> None:
 
     try:
         soundfile.info(io.BytesIO(raw))
-    except Exception as error:  # libsndfile raises its own error types
-        raise invalid(param, f"'{param}' could not be decoded as {fmt} audio: {error}", "invalid_audio") from None
+    except Exception:  # libsndfile raises its own error types, whose text names the in-memory file
+        raise invalid(param, f"'{param}' could not be decoded as {fmt} audio.", "invalid_audio") from None
 
 
 def summarize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,8 +16,10 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 from django.conf import settings
 
+from control_plane.inference.errors import ApiError
 from control_plane.inference.history_events import ParametersAdded
 from control_plane.inference.history_log import history_append
+from control_plane.openai_compat.json_bounds import check_json_values
 from control_plane.realtime.conversation import (
     Conversation,
     Item,
@@ -98,8 +100,11 @@ class RealtimeSession:
         try:
             try:
                 event = json.loads(text)
-            except (json.JSONDecodeError, TypeError):
+                check_json_values(event)
+            except (json.JSONDecodeError, TypeError, RecursionError):
                 raise ProtocolError("The event is not valid JSON.", code="invalid_json") from None
+            except ApiError as error:
+                raise ProtocolError(error.message, code=error.code, param=error.param) from None
             if not isinstance(event, dict):
                 raise ProtocolError("An event must be a JSON object.", code="invalid_event")
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
