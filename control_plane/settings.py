@@ -26,6 +26,7 @@ from control_plane.env import (
     env_str,
     env_url,
 )
+from control_plane.system.body_limits import default_body_limits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -40,6 +41,12 @@ def _secret_key(var_dir: Path) -> str:
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def _byte_count(name: str, text: str) -> int:
+    if not text.isdigit():
+        raise EnvError(name, "a comma list of path:bytes items, e.g. /v1/completions:2097152", text)
+    return int(text)
 
 
 def _redis_to_celery(url: str) -> str:
@@ -257,6 +264,12 @@ except EnvError as error:
 
 try:
     MAX_REQUEST_BYTES = env_int("OMNISTAGE_MAX_REQUEST_BYTES", 20 * 1024 * 1024, minimum=1024)
+    BODY_LIMITS = {
+        **default_body_limits(MAX_REQUEST_BYTES),
+        **{path: _byte_count("OMNISTAGE_BODY_LIMITS", size) for path, size in
+           env_colon_tuples("OMNISTAGE_BODY_LIMITS", [], ("path", "bytes"))},
+    }  # fmt: skip
+    PROMPT_MAX_CHARS_PER_TOKEN = env_float("OMNISTAGE_PROMPT_MAX_CHARS_PER_TOKEN", 16.0, minimum=1.0)
     MAX_MEDIA_BYTES = env_int("OMNISTAGE_MAX_MEDIA_BYTES", 10 * 1024 * 1024, minimum=1024)
     METRICS_TOKEN = env_str("OMNISTAGE_METRICS_TOKEN", "")
     FETCH_MEDIA_URLS = env_bool("OMNISTAGE_FETCH_MEDIA_URLS", False)

@@ -57,6 +57,7 @@ from control_plane.orchestrator import wire
 from control_plane.orchestrator.serving import ServingUnavailable, serve
 from control_plane.orm_threads import orm_in_thread
 from control_plane.redis_client import shared_async_redis
+from stages.prompt_bound import prompt_overflow
 from stages.protocol import SamplingParams, StageError, StageRequest
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,7 @@ class RequestRun:
     ) -> Deltas:
         """Submit to the served deployment and wait for the first message (see Deltas.first).
         A request of several submissions (n images) folds each into an outcome of its own."""
+        self._check_prompt_bound(request)
         client = loop_redis()
         outcome = Outcome()
         self.outcomes.append(outcome)  # before any await: submissions keep their order
@@ -278,6 +280,14 @@ class RequestRun:
         deltas = Deltas(messages, outcome, client)
         await deltas.first()
         return deltas
+
+    def _check_prompt_bound(self, request: StageRequest) -> None:
+        """A prompt longer than the entry stage's context surely is never sent to a replica."""
+        max_length = self.served.deploy.for_stage(self.served.pipeline.entry_stage).max_length
+        overflow = prompt_overflow(request, max_length, settings.PROMPT_MAX_CHARS_PER_TOKEN)
+        if overflow:
+            param = "messages" if request.messages else "prompt"
+            raise ApiError(400, f"Invalid '{param}': {overflow}.", param=param, code="context_length_exceeded")
 
     async def _started(self) -> None:
         if self.opened is not None and self.opened.started_at is None:
