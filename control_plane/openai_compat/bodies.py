@@ -13,7 +13,7 @@ from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http.multipartparser import MultiPartParserError
 
 from control_plane.inference.errors import ApiError
-from control_plane.openai_compat.json_bounds import check_json_values
+from control_plane.system.json_bounds import HostileJson, check_json_values
 
 T = TypeVar("T")
 _AT = re.compile(r" - at `\$(.*)`$")
@@ -57,8 +57,15 @@ def read_json(request) -> dict[str, Any]:
         raise ApiError(400, message, code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    check_json_values(data)
+    checked(data)
     return data
+
+
+def checked(data: Any) -> None:
+    try:
+        check_json_values(data)
+    except HostileJson as error:
+        raise ApiError(400, error.message, param=error.param, code="invalid_value") from None
 
 
 def read_form(request) -> tuple[dict[str, list[str]], dict[str, list[Any]]]:
@@ -95,7 +102,7 @@ def convert(data: Any, kind: type[T], *, strict: bool = True) -> T:
         where = f" for '{param}'" if param else ""
         raise ApiError(400, f"Invalid value{where}: {message}.", param=param, code="invalid_type") from None
     if not strict:  # form fields were strings: their numbers are only known now
-        check_json_values(msgspec.to_builtins(converted))
+        checked(msgspec.to_builtins(converted))
     return converted
 
 

@@ -16,10 +16,8 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 from django.conf import settings
 
-from control_plane.inference.errors import ApiError
 from control_plane.inference.history_events import ParametersAdded
 from control_plane.inference.history_log import history_append
-from control_plane.openai_compat.json_bounds import check_json_values
 from control_plane.realtime.conversation import (
     Conversation,
     Item,
@@ -34,6 +32,7 @@ from control_plane.realtime.responses import ResponseRun, ResponseSpec
 from control_plane.realtime.session_config import MODEL_INPUT_RATE, SessionConfig, _max_tokens, _modalities, _number
 from control_plane.realtime.states import IllegalTransition, StateMachine
 from control_plane.realtime.vad import FRAME_MS, START_FRAMES, EnergyVad
+from control_plane.system.json_bounds import HostileJson, check_json_values
 from stages.config import load_deploy_config
 from stages.resampling import resample
 
@@ -103,8 +102,8 @@ class RealtimeSession:
                 check_json_values(event)
             except (json.JSONDecodeError, TypeError, RecursionError):
                 raise ProtocolError("The event is not valid JSON.", code="invalid_json") from None
-            except ApiError as error:
-                raise ProtocolError(error.message, code=error.code, param=error.param) from None
+            except HostileJson as error:
+                raise ProtocolError(error.message, code="invalid_value", param=error.param) from None
             if not isinstance(event, dict):
                 raise ProtocolError("An event must be a JSON object.", code="invalid_event")
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None

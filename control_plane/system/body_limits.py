@@ -12,9 +12,9 @@ OMNISTAGE_MAX_REQUEST_BYTES and OMNISTAGE_BODY_LIMITS (docs/security.md).
 
 from __future__ import annotations
 
-import json
-
 from django.conf import settings
+
+from control_plane.system.asgi_errors import send_error
 
 MIB = 1024 * 1024
 
@@ -59,7 +59,7 @@ class BodyLimit:
         limit = limit_for(scope["path"], self.limits or settings.BODY_LIMITS)
         declared = _content_length(scope)
         if declared is None:
-            return await _refuse(send, 400, "Invalid Content-Length header.", "invalid_request")
+            return await send_error(send, 400, "Invalid Content-Length header.", "invalid_request")
         if declared > limit:
             return await _refuse_too_large(send, declared, limit)
         counted = CountedBody(receive, limit)
@@ -111,14 +111,4 @@ def _content_length(scope) -> int | None:
 
 async def _refuse_too_large(send, size: int, limit: int) -> None:
     message = f"Request body of {size} bytes exceeds this route's limit of {limit} bytes."
-    await _refuse(send, 413, message, "request_too_large")
-
-
-async def _refuse(send, status: int, message: str, code: str) -> None:
-    body = json.dumps(
-        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
-    ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]  # fmt: skip
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_error(send, 413, message, "request_too_large")
