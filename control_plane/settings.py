@@ -183,6 +183,8 @@ STATIC_ROOT = VAR_DIR / "static"
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env_str("OMNISTAGE_MEDIA_ROOT", str(VAR_DIR / "media")))
 MODELS_DIR = Path(env_str("OMNISTAGE_MODELS_DIR", str(VAR_DIR / "models")))
+# further directories a deployment's model_dir may lie in (control_plane/deployments/model_paths.py)
+MODEL_DIR_ROOTS = [Path(root) for root in env_list("OMNISTAGE_MODEL_DIR_ROOTS", [])]
 
 CHANNEL_LAYERS = {
     "default": {

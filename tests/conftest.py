@@ -48,8 +48,9 @@ def database_url(transactional_db) -> str:
 
 
 @pytest.fixture
-def platform_env(database_url, tmp_path) -> dict[str, str]:
-    """Environment for live platform processes: the test database, fast heartbeats."""
+def platform_env(database_url, tmp_path, tmp_path_factory) -> dict[str, str]:
+    """Environment for live platform processes: the test database, fast heartbeats; checkpoints
+    the tests build under their temporary directories may be deployed."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "DJANGO_SETTINGS"))}
     env.update(
         DATABASE_URL=database_url,
@@ -60,6 +61,7 @@ def platform_env(database_url, tmp_path) -> dict[str, str]:
         OMNISTAGE_HEARTBEAT_TTL="1.5",
         PYTHONUNBUFFERED="1",
         OMNISTAGE_METRICS_TOKEN=METRICS_TOKEN,
+        OMNISTAGE_MODEL_DIR_ROOTS=str(tmp_path_factory.getbasetemp()),
     )
     return env
 
