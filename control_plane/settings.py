@@ -6,6 +6,7 @@ start-up with one line naming the variable and the expected form.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import sys
@@ -47,6 +48,16 @@ def _byte_count(name: str, text: str) -> int:
     if not text.isdigit():
         raise EnvError(name, "a comma list of path:bytes items, e.g. /v1/completions:2097152", text)
     return int(text)
+
+
+def _networks(name: str) -> list[str]:
+    networks = env_list(name, [])
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise EnvError(name, "a comma list of networks, e.g. 10.1.2.0/24,fd00::/8", network) from None
+    return networks
 
 
 def _redis_to_celery(url: str) -> str:
@@ -281,6 +292,8 @@ try:
     METRICS_TOKEN = env_str("OMNISTAGE_METRICS_TOKEN", "")
     FETCH_MEDIA_URLS = env_bool("OMNISTAGE_FETCH_MEDIA_URLS", False)
     MEDIA_URL_HOSTS = env_list("OMNISTAGE_MEDIA_URL_HOSTS", [])
+    MEDIA_URL_ALLOWED_NETWORKS = _networks("OMNISTAGE_MEDIA_URL_ALLOWED_NETWORKS")
+    MEDIA_FETCH_TIMEOUT_S = env_float("OMNISTAGE_MEDIA_FETCH_TIMEOUT_S", 10.0, minimum=0.1)
     SERVING_IDLE_TIMEOUT_S = env_float("OMNISTAGE_SERVING_IDLE_TIMEOUT_S", 120.0, minimum=1.0)
     ARTIFACT_URL_TTL_S = env_int("OMNISTAGE_ARTIFACT_URL_TTL_S", 3600, minimum=1)
     HISTORY_RETENTION_DAYS = env_float("OMNISTAGE_HISTORY_RETENTION_DAYS", 30.0, minimum=0.0)  # 0 keeps everything
