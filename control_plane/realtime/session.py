@@ -292,6 +292,8 @@ class RealtimeSession:
 
     async def _start_response(self, overrides: dict, turn_started: float, user_item: Item | None) -> None:
         spec = self._spec(overrides, turn_started)
+        if not await self.may_respond():
+            return
         if user_item is None:
             user_item = next((item for item in reversed(self.conversation.items) if item.role == "user"), None)
         if user_item is not None:
@@ -370,6 +372,10 @@ class RealtimeSession:
 
     async def after_response(self) -> None:
         """Hook for the consumer (rate_limits.updated)."""
+
+    async def may_respond(self) -> bool:
+        """Hook for the consumer: whether the session's credential still holds (key_watch.py)."""
+        return True
 
 
 def _heard_text(transcript: str, heard_ms: int, total_ms: int) -> str:
