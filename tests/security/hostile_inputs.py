@@ -30,7 +30,8 @@ GET_ROUTES = (
     "/api/requests/?limit=" + str(HUGE), "/api/requests/?offset=-5", "/api/requests/?since=not-a-date",
     "/api/requests/?until=", "/api/requests/?user=", "/api/requests/?status=%00", "/api/usage/?since=99999999999999",
     "/api/usage/?group_by=%ud800", "/api/deployments/%2e%2e/", "/api/keys/" + str(HUGE) + "/",
-    "/static/%2f..%2fsettings.py", "/static/console/%2f",
+    "/static/%2f..%2fsettings.py", "/static/console/%2f", "/static/console/..%2f..%2fsettings.py",
+    "/static/%2fetc%2fpasswd", "/v1/models/..%5c..%5cetc",
 )  # fmt: skip
 
 

@@ -48,6 +48,22 @@ async def closing_error(ws, timeout: float = 30.0) -> tuple[dict, int, float]:
             return error, closed.rcvd.code, at
 
 
+async def hostile_events_get_error_events(ws) -> None:
+    """Values no client event may hold are answered with an error event; the session goes on."""
+    hostile = {
+        '{"type": "session.update", "session": {"instructions": "\\ud800"}}': "invalid_value",
+        '{"type": "session.update", "session": {"max_output_tokens": ' + str(2**80) + "}}": "invalid_value",
+        '{"type": "session.update", "session": {"temperature": NaN}}': "invalid_value",
+        "[" * 100_000 + "]" * 100_000: "invalid_json",
+    }
+    for text, code in hostile.items():
+        await ws.send(text)
+        event = await next_event(ws)
+        while event["type"] != "error":
+            event = await next_event(ws)
+        assert event["error"]["code"] == code, (text[:80], event)
+
+
 async def opened(ws) -> None:
     assert (await next_event(ws))["type"] == "session.created"
 
@@ -63,6 +79,7 @@ async def test_a_revoked_key_ends_its_session_at_once(voice_stack):
     headers = {"Authorization": f"Bearer {secret}"}
     async with connect(voice_stack.ws_url("echo-voice"), additional_headers=headers) as ws:
         await opened(ws)
+        await hostile_events_get_error_events(ws)
         revoked = await asyncio.to_thread(voice_stack.http, "POST", f"/api/keys/{key.pk}/revoke/", secret=secret)
         assert revoked.status_code == 200, revoked.text
         revoked_at = time.perf_counter()
