@@ -51,13 +51,13 @@ from control_plane.inference.history_events import (
 from control_plane.inference.history_log import history_append, history_catch_up
 from control_plane.inference.models import InferenceRequest, Route, Status
 from control_plane.inference.outcome import Delta, Outcome, Usage
+from control_plane.inference.prompt_bound import prompt_overflow
 from control_plane.inference.services import artifact_store
 from control_plane.inference.targets import Caller, Served
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.serving import ServingUnavailable, serve
 from control_plane.orm_threads import orm_in_thread
 from control_plane.redis_client import shared_async_redis
-from stages.prompt_bound import prompt_overflow
 from stages.protocol import SamplingParams, StageError, StageRequest
 
 log = logging.getLogger(__name__)

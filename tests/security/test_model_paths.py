@@ -18,6 +18,10 @@ def models_dir(settings, tmp_path):
     (root / "tiny").mkdir(parents=True)
     (root / "org" / "model").mkdir(parents=True)
     (root / "escape").symlink_to("/etc")
+    (root / "tiny" / "deeper-escape").symlink_to(tmp_path / "outside")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "config.json").write_text("{}")
+    (root / "linked").symlink_to(tmp_path / "outside")  # an admin's import by link
     settings.MODELS_DIR = root
     settings.MODEL_DIR_ROOTS = [tmp_path / "extra"]
     (tmp_path / "extra" / "ckpt").mkdir(parents=True)
@@ -46,7 +50,20 @@ def create(client, name: str, model_dir: str):
 
 @pytest.mark.parametrize(
     "model_dir",
-    ["/etc", "/", "../../etc", "tiny/../../../etc", "/tmp", "escape", "escape/passwd", "org/../../x", "\x00", ""],
+    [
+        "/etc",
+        "/",
+        "../../etc",
+        "tiny/../../../etc",
+        "/tmp",
+        "escape",
+        "escape/passwd",
+        "org/../../x",
+        "\x00",
+        "",
+        "tiny/deeper-escape",
+        "linked/../escape",
+    ],
 )
 def test_paths_outside_the_model_roots_are_refused(client, model_dir):
     response = create(client, "bad", model_dir)
@@ -62,6 +79,7 @@ def test_checkpoints_inside_the_roots_are_accepted(client, models_dir, tmp_path)
         "c": (str(models_dir / "tiny"), models_dir / "tiny"),
         "d": (str(tmp_path / "extra" / "ckpt"), tmp_path / "extra" / "ckpt"),
         "e": ("-", "-"),
+        "f": ("linked", models_dir / "linked"),
     }
     for name, (given, stored) in accepted.items():
         response = create(client, name, given)
