@@ -36,7 +36,7 @@ class DeploymentRow:
 def _stage_counts(deployment) -> list[dict]:
     stages: dict[str, dict] = {}
     for replica in deployment.replicas.all():
-        entry = stages.setdefault(replica.stage, {"stage": replica.stage, "total": 0, "running": 0})
+        entry = stages.setdefault(replica.label, {"stage": replica.label, "total": 0, "running": 0})
         entry["total"] += 1
         entry["running"] += replica.state == "RUNNING"
     return list(stages.values())

@@ -25,13 +25,13 @@ def checkpoint_choices() -> list[str]:
     root = Path(settings.MODELS_DIR)
     if not root.is_dir():
         return []
-    return sorted(child.name for child in root.iterdir() if child.is_dir())
+    return sorted(child.name for child in root.iterdir() if child.is_dir() and not child.name.startswith("."))
 
 
 def default_checkpoint(family: str) -> str:
     if family == "echo":
         return "-"
-    guesses = {"text_to_image": "sd3", "text_to_video": "wan", "llm": "qwen2", "ar_to_dit": "ar_to_dit"}
+    guesses = {"text_to_image": "sd3", "text_to_video": "wan", "llm": "smollm2-135m-instruct", "ar_to_dit": "ar_to_dit"}
     return guesses.get(family, family)
 
 

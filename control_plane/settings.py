@@ -144,11 +144,13 @@ INSTALLED_APPS = [
     "control_plane.deployments",
     "control_plane.inference",
     "control_plane.orchestrator",
+    "control_plane.registry",
+    "control_plane.audit",
     "console",
 ]
 
 # Every app of ours keeps its migrations under migrations/<label>/ (checked by system.E001).
-OUR_APPS = ["system", "accounts", "deployments", "inference", "orchestrator", "console"]
+OUR_APPS = ["system", "accounts", "deployments", "inference", "orchestrator", "registry", "audit", "console"]
 MIGRATION_MODULES = {label: f"migrations.{label}" for label in OUR_APPS}
 
 # Django's own middleware, with their hooks run in the event loop (control_plane/system/middleware.py)
@@ -262,7 +264,7 @@ except EnvError as error:
 try:
     DEMO_DEPLOYMENTS = env_colon_tuples(
         "OMNISTAGE_DEMO",
-        ["tiny-llm:llm:qwen2", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
+        ["tiny-llm:llm:smollm2-135m-instruct", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
         ("name", "pipeline", "checkpoint"),
     )
 except EnvError as error:

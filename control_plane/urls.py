@@ -19,3 +19,8 @@ urlpatterns = [
     path("", include("control_plane.inference.metrics_urls")),
     path("", include("console.urls")),
 ]
+
+# Console pages for errors outside the API (console/views/errors.py keeps the API's paths plain)
+handler403 = "console.views.errors.permission_denied"
+handler404 = "console.views.errors.page_not_found"
+handler500 = "console.views.errors.server_error"

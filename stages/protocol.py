@@ -108,6 +108,9 @@ class StageRequest(msgspec.Struct, kw_only=True):
     sampling: SamplingParams | None = None
     params: dict[str, Any] = {}
     arrival_time: float = 0.0
+    group_sampling: dict[str, SamplingParams] = {}
+    """For the entry stage of a stage group (seq 0): the request's sampling of the group's other
+    stages, by stage name (the group's host hands them their inputs itself)."""
 
 
 class StageOutput(msgspec.Struct, kw_only=True):
@@ -188,6 +191,10 @@ class ReplicaSpec(msgspec.Struct, kw_only=True):
     stage_deploy: dict[str, Any]
     """The StageDeployConfig as builtins."""
     device: str = "cpu"
+    group: str = ""
+    """A stage group's name: the host runs every stage of `members` in one process (`stage` is its entry)."""
+    members: dict[str, dict[str, Any]] = {}
+    """A group's stages in order, by name: each one's StageDeployConfig as builtins."""
 
 
 class ReplicaStatus(msgspec.Struct, kw_only=True):

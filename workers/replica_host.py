@@ -2,6 +2,8 @@
 
     python -m workers.replica_host --spec-json '<ReplicaSpec JSON>' --redis-url URL [--parent-pid N]
 
+A spec naming a stage group's `members` starts a group host (`workers.group_host`) instead.
+
 Its loop reads the replica's input stream through the replica consumer group, hands
 requests, chunks and aborts to the engine, steps the engine while it has work, writes
 every StageOutput to the deployment's output stream, and acknowledges each input entry
@@ -285,10 +287,14 @@ class ReplicaHost:
             running = self.running.get(output.request_id)
             if running is not None:
                 running.next_seq = max(running.next_seq, output.seq + 1)
-                if output.finished:
+                if self._ended(output):
                     del self.running[output.request_id]
         self._outbox += outputs
         self._idle_steps = 0 if outputs else self._idle_steps + 1
+
+    def _ended(self, output: StageOutput) -> bool:
+        """Whether the request is done on this host once `output` is out."""
+        return output.finished
 
     def _step_failed(self, exception: Exception) -> None:
         culprit = getattr(exception, "request_id", None)
@@ -430,7 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     client = redis.Redis.from_url(args.redis_url, socket_timeout=10, socket_connect_timeout=5)
     publish_logs(client, spec.replica_id)  # the console's logs tail
-    host = ReplicaHost(spec, client, parent_pid=args.parent_pid, drains_after_ms=args.drains_after_ms)
+    host_class = ReplicaHost
+    if spec.members:
+        from workers.group_host import GroupHost  # a stage group: several stages in this process
+
+        host_class = GroupHost
+    host = host_class(spec, client, parent_pid=args.parent_pid, drains_after_ms=args.drains_after_ms)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: host.stop_requested.set())
     code = host.run()

@@ -17,6 +17,9 @@ from django.utils.html import format_html
 from control_plane.accounts.forms import ThrottledAdminAuthenticationForm
 from control_plane.accounts.models import ApiKey, Quota, UsageRecord
 from control_plane.accounts.services import DEFAULT_SCOPES, api_key_create, api_key_revoke, api_key_validate
+from control_plane.audit.admin_mixin import AuditedAdminMixin
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 
 User = get_user_model()
 
@@ -82,7 +85,7 @@ class ApiKeyAdminForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = ApiKeyAdminForm
     list_display = ["name", "prefix", "user", "scope_list", "status", "created_at", "expires_at", "last_used_at"]
     list_filter = [ApiKeyStatusFilter, "created_at", "expires_at"]
@@ -144,13 +147,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke_keys(self, request, queryset) -> None:
         revoked = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            api_key_revoke(key=key)
+            audit_record(request, Action.API_KEY_REVOKE, api_key_revoke(key=key))
             revoked += 1
         self.message_user(request, f"Revoked {revoked} API key(s).", messages.SUCCESS)
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["__str__", "user", "api_key", "metric", "window", "limit", "is_active"]
     list_editable = ["limit", "is_active"]
     list_filter = ["metric", "window", "is_active", ("user", admin.EmptyFieldListFilter)]
@@ -215,7 +218,7 @@ admin.site.unregister(User)
 
 
 @admin.register(User)
-class AccountUserAdmin(UserAdmin):
+class AccountUserAdmin(AuditedAdminMixin, UserAdmin):
     inlines = [QuotaInline, ApiKeyInline]
     readonly_fields = [*UserAdmin.readonly_fields, "usage_and_keys"]
     fieldsets = [*UserAdmin.fieldsets, ("Omnistage", {"fields": ["usage_and_keys"]})]

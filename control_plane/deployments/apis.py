@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -9,6 +10,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 from control_plane.deployments import queries
 from control_plane.deployments.model_paths import redact_paths, resolve_model_dir
 from control_plane.deployments.models import Deployment, Pipeline
@@ -43,6 +46,8 @@ class ReplicaOutput(serializers.Serializer):
     id = serializers.UUIDField()
     deployment = serializers.CharField(source="deployment.name")
     stage = serializers.CharField()
+    group = serializers.CharField()
+    members = serializers.ListField(child=serializers.CharField())
     index = serializers.IntegerField()
     pool = serializers.CharField()
     device = serializers.CharField()
@@ -108,6 +113,7 @@ class DeploymentListApi(APIView):
         return Response(DeploymentOutput(queries.deployment_list(), many=True, context={"request": request}).data)
 
     @extend_schema(request=DeploymentCreateInput, responses={201: DeploymentOutput})
+    @transaction.atomic
     def post(self, request):
         data = self.DeploymentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -126,6 +132,7 @@ class DeploymentListApi(APIView):
             )
         except DeploymentInvalid as error:
             raise _invalid(error) from None
+        audit_record(request, Action.DEPLOYMENT_CREATE, deployment, data.validated_data)
         return Response(
             DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data,
             status=status.HTTP_201_CREATED,
@@ -143,8 +150,11 @@ class DeploymentDetailApi(APIView):
         return Response(DeploymentOutput(_deployment(name), context={"request": request}).data)
 
     @extend_schema(responses={204: None})
+    @transaction.atomic
     def delete(self, request, name: str):
-        deployment_delete(deployment=_managed_deployment(request, name))
+        deployment = _managed_deployment(request, name)
+        audit_record(request, Action.DEPLOYMENT_DELETE, deployment)  # while it still has its id
+        deployment_delete(deployment=deployment)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -158,6 +168,7 @@ class DeploymentScaleApi(APIView):
         replicas = serializers.IntegerField()
 
     @extend_schema(request=DeploymentScaleInput, responses=DeploymentOutput)
+    @transaction.atomic
     def post(self, request, name: str):
         data = self.DeploymentScaleInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -165,6 +176,7 @@ class DeploymentScaleApi(APIView):
             deployment = deployment_scale(deployment=_managed_deployment(request, name), **data.validated_data)
         except DeploymentInvalid as error:
             raise _invalid(error) from None
+        audit_record(request, Action.DEPLOYMENT_SCALE, deployment, data.validated_data)
         return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
@@ -174,8 +186,10 @@ class DeploymentStopApi(APIView):
     permission_classes = [CanWriteDeployments]
 
     @extend_schema(request=None, responses=DeploymentOutput)
+    @transaction.atomic
     def post(self, request, name: str):
         deployment = deployment_stop(deployment=_managed_deployment(request, name))
+        audit_record(request, Action.DEPLOYMENT_STOP, deployment)
         return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
@@ -185,8 +199,10 @@ class DeploymentStartApi(APIView):
     permission_classes = [CanWriteDeployments]
 
     @extend_schema(request=None, responses=DeploymentOutput)
+    @transaction.atomic
     def post(self, request, name: str):
         deployment = deployment_start(deployment=_managed_deployment(request, name))
+        audit_record(request, Action.DEPLOYMENT_START, deployment)
         return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 

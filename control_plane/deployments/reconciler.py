@@ -44,6 +44,7 @@ def replica_spec(replica: Replica) -> ReplicaSpec:
     pipeline = pipeline_config_of(deployment.pipeline)
     deploy = load_deploy_config(deployment.deploy_config)
     stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
+    members = {name: msgspec.to_builtins(deploy.for_stage(pipeline.stage_named(name))) for name in replica.members}
     return ReplicaSpec(
         replica_id=str(replica.id),
         deployment_id=str(deployment.id),
@@ -54,6 +55,8 @@ def replica_spec(replica: Replica) -> ReplicaSpec:
         model_dir=deployment.model_dir,
         stage_deploy=msgspec.to_builtins(stage_deploy),
         device=replica.device,
+        group=replica.group,
+        members=members if replica.group else {},
     )
 
 
@@ -216,7 +219,10 @@ def _update_deployment_state(deployment: Deployment, now: datetime) -> bool:
     """Derive the deployment's state from its replicas; True when it needs a warm-up request."""
     pipeline = pipeline_config_of(deployment.pipeline)
     replicas = list(deployment.replicas.exclude(state__in=[S.DRAINING, S.STOPPED]))
-    by_stage = {stage.name: [r for r in replicas if r.stage == stage.name] for stage in pipeline.stages}
+    by_stage = {
+        stage.name: [r for r in replicas if r.stage == stage.name or stage.name in r.members]
+        for stage in pipeline.stages
+    }
     serving = {S.WARMING, S.RUNNING}
     every_stage_ready = all(any(r.state in serving for r in group) for group in by_stage.values())
     current = deployment.state

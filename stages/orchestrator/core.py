@@ -13,7 +13,9 @@ and carry out its actions. It owns cross-stage request state:
 - cancellation to every replica holding the request; per-hop and per-request timeouts;
 - completion when every client-visible stage finished;
 - a replica that goes down: its requests restart on other replicas if nothing reached
-  the client yet, else they fail.
+  the client yet, else they fail;
+- stage groups (`stages.groups`): a group's replica holds all its stages of a request; the
+  core sends only into the group's entry stage and forwards nothing along the edges inside.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from stages.config import DeployConfig, PipelineConfig, StageConfig
+from stages.groups import StageGroups
 from stages.orchestrator.actions import Action, Complete, Emit, Fail, RequestSummary, SendAbort, SendToReplica
 from stages.orchestrator.discards import discard, output_handles, undelivered_handles
 from stages.orchestrator.events import (
@@ -58,6 +61,7 @@ class Deployment:
         self.upstream_ids = {sid: [edge.source for edge in self.pipeline.upstream(sid)] for sid in self.stage}
         self.client_stage_ids = [stage.id for stage in self.pipeline.stages if stage.output is not None]
         self.entry_id = self.pipeline.entry_stage.id
+        self.groups = StageGroups(self.pipeline, self.deploy)
 
 
 @dataclass
@@ -250,6 +254,8 @@ class Orchestrator:
 
     def _send(self, state: RequestState, stage_id: int, request: StageRequest, at: float) -> list[Action]:
         progress = state.stages[stage_id]
+        if request.seq == 0:
+            request = self._with_group_sampling(state, stage_id, request)
         self._changed.add(state.request_id)
         progress.sent_seq = request.seq + 1
         progress.last_activity = at
@@ -272,7 +278,50 @@ class Orchestrator:
         progress.waiting_since = None
         progress.last_activity = at
         outbox, progress.outbox = progress.outbox, []
+        self._place_group_members(state, stage_id, replica, at)
         return [SendToReplica(replica_id=replica.replica_id, request=request) for request in outbox]
+
+    # ------------------------------------------------------------------ groups
+
+    def _with_group_sampling(self, state: RequestState, stage_id: int, request: StageRequest) -> StageRequest:
+        graph = self._deployment(state)
+        group = graph.groups.of(stage_id)
+        if group is None or group.entry != stage_id:
+            return request
+        sampling = {}
+        for member in group.members[1:]:
+            stage = graph.stage[member]
+            member_sampling = self._sampling_for(state, stage)
+            if member_sampling is not None:
+                sampling[stage.name] = member_sampling
+        return msgspec.structs.replace(request, group_sampling=sampling)
+
+    def _place_group_members(self, state: RequestState, stage_id: int, replica: Replica, at: float) -> None:
+        """The other stages of the entry's group run the request on the same replica."""
+        group = self._deployment(state).groups.of(stage_id)
+        if group is None or group.entry != stage_id:
+            return
+        for member in group.members[1:]:
+            progress = state.stages[member]
+            if progress.finished or progress.replica_id is not None:
+                continue
+            progress.replica_id = replica.replica_id
+            progress.started_at = progress.last_activity = at
+            replica.holding.add(_holding_key(state.request_id, member))
+
+    def _group_output(self, state: RequestState, stage_id: int, output: StageOutput, at: float) -> None:
+        """Any output of a member shows the whole group alive; once every member that sends
+        outputs back finished, the inner ones (which send none) are finished too."""
+        group = self._deployment(state).groups.of(stage_id)
+        if group is None:
+            return
+        members = [state.stages[member] for member in group.members]
+        for progress in members:
+            progress.last_activity = at
+        if output.finished and all(state.stages[member].finished for member in group.published):
+            for member in group.members:
+                if not state.stages[member].finished:
+                    self._finish_stage(state, member, output.finish_reason, at)
 
     # ------------------------------------------------------------------ outputs
 
@@ -319,9 +368,12 @@ class Orchestrator:
                 actions.append(Emit(request_id=state.request_id, reply_to=state.reply_to, output=view))
                 state.client_output_sent = state.client_output_sent or has_content(view) or view.finished
         for edge in graph.downstream[stage_id]:
-            actions += self._forward(state, graph, edge.source, edge.target, edge.streaming, output, at)
+            if not graph.groups.internal(edge):
+                actions += self._forward(state, graph, edge.source, edge.target, edge.streaming, output, at)
         if output.finished:
             self._finish_stage(state, stage_id, output.finish_reason, at)
+        self._group_output(state, stage_id, output, at)
+        if output.finished:
             if stage.output == "text" or (stage.output is not None and state.finish_reason is None):
                 state.finish_reason = output.finish_reason
             if all(state.stages[sid].finished for sid in graph.client_stage_ids):
@@ -421,13 +473,13 @@ class Orchestrator:
         return actions
 
     def _abort_running(self, state: RequestState) -> list[Action]:
-        aborts = [
-            SendAbort(replica_id=progress.replica_id, request_id=state.wire_id)
+        holding = {
+            progress.replica_id: None
             for progress in state.stages.values()
             if progress.running and progress.replica_id in self.replicas
-        ]
+        }  # one abort per replica: a group's replica holds several stages of the request
         self._release_all(state)
-        return aborts
+        return [SendAbort(replica_id=replica_id, request_id=state.wire_id) for replica_id in holding]
 
     def _end(self, state: RequestState) -> None:
         self.requests.pop(state.request_id, None)

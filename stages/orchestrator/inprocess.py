@@ -20,6 +20,7 @@ from stages.config import DeployConfig, PipelineConfig
 from stages.connectors.shared_memory import SharedMemoryConnector
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest
+from stages.groups import ungrouped
 from stages.orchestrator.actions import Action, Complete, Discard, Emit, Fail, SendAbort, SendToReplica
 from stages.orchestrator.core import Orchestrator
 from stages.orchestrator.events import Cancel, DeploymentUp, Event, ReplicaUp, StageOutputEvent, Submit, Tick
@@ -44,7 +45,7 @@ class InProcessDriver:
     ):
         deploy.validate(pipeline)
         self.pipeline = pipeline
-        self.deploy = deploy
+        self.deploy = ungrouped(deploy)  # every stage runs in this process already
         self.build_engine = build_engine
         self.tick_interval_s = tick_interval_s
         self.clock = clock

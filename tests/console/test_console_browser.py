@@ -233,8 +233,11 @@ def keys(page, base: str) -> None:
     secret = page.text_content("[data-secret]")
     assert secret.startswith("omni-")
     shot(page, "09-key-created")
+    page.accept_dialogs = True  # the page asks before it revokes
     page.click("tr[data-key='browser-key'] button:text('Revoke')")
     page.wait_for_selector("tr[data-key='browser-key'] .badge:text('revoked')")
+    page.accept_dialogs = False
+    assert page.dialogs.pop().startswith("Revoke the key “browser-key”?")
     assert secret not in page.content()
     shot(page, "10-key-revoked")
 

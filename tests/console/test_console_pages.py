@@ -27,6 +27,10 @@ PAGES = [
     ("console:history", []),
     ("console:keys", []),
     ("console:usage", []),
+    ("console:deployments", []),
+    ("console:deployments-panel", []),
+    ("console:voice-code", []),
+    ("console:video-api-jobs", []),
 ]
 
 
@@ -62,7 +66,7 @@ def test_navigation_shows_only_what_the_user_may_use(alice_client, root, pipelin
     root_client = Client()
     root_client.force_login(root)
     page = root_client.get(reverse("console:catalog")).content.decode()
-    assert 'data-nav="admin"' in page and "/catalog/echo-voice/deploy/" in page
+    assert 'data-nav="admin"' in page and "/catalog/qwen2_5_omni/deploy/" in page
 
 
 def test_a_plain_user_never_reaches_admin_pages(alice_client):
@@ -246,6 +250,17 @@ def test_the_deployment_panel_shows_loading_progress_and_errors(alice_client, pi
     voice = voice[: voice.index("</tr>")]
     assert "ERROR" in voice and "CUDA &lt;oom&gt;" in voice and '<td class="num">3</td>' in voice
     assert 'class="dot LOADING"' in page and 'class="dot ERROR"' in page
+
+
+def test_the_deployment_panel_shows_one_row_per_stage_group_replica(alice_client, pipelines):
+    grouped = {"stages": {"echo": {"group": "speech"}, "voice": {"group": "speech"}}}
+    deployment_create(
+        name="dep", pipeline=Pipeline.objects.get(name="echo-voice"), model_dir="-", deploy_config=grouped
+    )
+    page = alice_client.get(reverse("console:deployment-panel", args=["dep"])).content.decode()
+    assert page.count("<tr data-replica=") == 1
+    row = page[page.index('data-replica="echo-0"') :]
+    assert "speech (echo+voice)" in row[: row.index("</tr>")]
 
 
 def test_the_dashboard_shows_rates_percentiles_and_the_chart(alice_client, alice, pipelines):

@@ -190,6 +190,7 @@ def test_the_matrix_sees_the_routes_of_every_area():
     paths = {route.path for route in ROUTES}
     assert {"/api/keys/", "/api/usage/", "/api/quota/", "/admin/accounts/apikey/"} <= paths
     assert {"/api/requests/{request_id}/", "/api/artifacts/{artifact_id}/content/", "/v1/videos/{video_id}"} <= paths
+    assert {"/api/audit/", "/audit/"} <= paths
     assert set(PUBLIC_STATUSES) <= paths, f"public routes that no longer exist: {set(PUBLIC_STATUSES) - paths}"
 
 

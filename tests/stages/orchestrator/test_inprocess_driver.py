@@ -46,6 +46,18 @@ async def test_a_crashing_step_fails_the_replicas_requests_and_the_replica_keeps
         await driver.close()
 
 
+async def test_a_deploy_config_with_stage_groups_runs_the_chain_in_process_as_without():
+    driver = driver_for("voice", stages={"echo": {"group": "g"}, "voice": {"group": "g"}})
+    await driver.start()
+    try:
+        events = await run(driver, "r", "one two")
+        assert isinstance(events[-1], Complete)
+        assert "".join(e.output.text for e in events if isinstance(e, Emit)) == "one two"
+        assert any("audio" in e.output.payloads for e in events if isinstance(e, Emit))
+    finally:
+        await driver.close()
+
+
 async def test_cancel_reaches_every_stage_of_a_chain():
     driver = driver_for(
         "chain", stages={"echo": {"options": {"delay_s": 0.01}}, "echo2": {"options": {"delay_s": 0.01}}}
