@@ -217,7 +217,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "control_plane.system.api_schema.DocumentedErrorsSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "control_plane.accounts.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
