@@ -20,11 +20,16 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from control_plane.realtime.routing import realtime_websocket  # noqa: E402
+from control_plane.system.body_limits import BodyLimit  # noqa: E402
+from control_plane.system.daphne_forms import skip_twisted_form_parsing  # noqa: E402
+from control_plane.system.url_guard import UrlGuard  # noqa: E402
 from control_plane.websocket_urls import websocket_urlpatterns  # noqa: E402
+
+skip_twisted_form_parsing()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": UrlGuard(BodyLimit(django_asgi_app)),
         "websocket": realtime_websocket(
             AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),

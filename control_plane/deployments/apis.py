@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from django.conf import settings
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
@@ -16,6 +13,7 @@ from rest_framework.views import APIView
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
 from control_plane.deployments import queries
+from control_plane.deployments.model_paths import redact_paths, resolve_model_dir
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments, check_may_manage
 from control_plane.deployments.services import (
@@ -34,6 +32,16 @@ class PipelineOutput(serializers.ModelSerializer):
         fields = ["name", "family", "variant", "description", "config", "version"]
 
 
+class ReasonField(serializers.CharField):
+    """A state reason or loader error: in full for staff, with paths redacted for everyone else."""
+
+    def to_representation(self, value):
+        text = super().to_representation(value)
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        return text if user is not None and user.is_staff else redact_paths(text)
+
+
 class ReplicaOutput(serializers.Serializer):
     id = serializers.UUIDField()
     deployment = serializers.CharField(source="deployment.name")
@@ -45,12 +53,12 @@ class ReplicaOutput(serializers.Serializer):
     device = serializers.CharField()
     host = serializers.CharField()
     state = serializers.CharField()
-    state_reason = serializers.CharField()
+    state_reason = ReasonField()
     progress = serializers.FloatField()
     queue_depth = serializers.IntegerField()
     last_heartbeat = serializers.DateTimeField()
     restarts = serializers.IntegerField()
-    last_error = serializers.CharField()
+    last_error = ReasonField()
     transfers = serializers.JSONField(
         help_text="Connector totals its host reported (`shm.put`, `redis.get` …): count, bytes, seconds."
     )
@@ -64,7 +72,7 @@ class DeploymentOutput(serializers.Serializer):
     deploy_config = serializers.JSONField()
     desired_state = serializers.CharField()
     state = serializers.CharField()
-    state_reason = serializers.CharField()
+    state_reason = ReasonField()
     state_changed_at = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
     replicas = ReplicaOutput(many=True)
@@ -72,14 +80,6 @@ class DeploymentOutput(serializers.Serializer):
 
 def _invalid(error: DeploymentInvalid) -> ValidationError:
     return ValidationError({error.field: [error.message]})
-
-
-def resolve_model_dir(value: str) -> str:
-    """A bare name refers to a checkpoint under OMNISTAGE_MODELS_DIR."""
-    candidate = Path(settings.MODELS_DIR) / value
-    if "/" not in value and candidate.exists():
-        return str(candidate)
-    return value
 
 
 class PipelineListApi(APIView):
@@ -110,7 +110,7 @@ class DeploymentListApi(APIView):
 
     @extend_schema(responses=DeploymentOutput(many=True))
     def get(self, request):
-        return Response(DeploymentOutput(queries.deployment_list(), many=True).data)
+        return Response(DeploymentOutput(queries.deployment_list(), many=True, context={"request": request}).data)
 
     @extend_schema(request=DeploymentCreateInput, responses={201: DeploymentOutput})
     @transaction.atomic
@@ -133,7 +133,10 @@ class DeploymentListApi(APIView):
         except DeploymentInvalid as error:
             raise _invalid(error) from None
         audit_record(request, Action.DEPLOYMENT_CREATE, deployment, data.validated_data)
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data, status=status.HTTP_201_CREATED)
+        return Response(
+            DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data,
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class DeploymentDetailApi(APIView):
@@ -144,7 +147,7 @@ class DeploymentDetailApi(APIView):
 
     @extend_schema(responses=DeploymentOutput)
     def get(self, request, name: str):
-        return Response(DeploymentOutput(_deployment(name)).data)
+        return Response(DeploymentOutput(_deployment(name), context={"request": request}).data)
 
     @extend_schema(responses={204: None})
     @transaction.atomic
@@ -174,7 +177,7 @@ class DeploymentScaleApi(APIView):
         except DeploymentInvalid as error:
             raise _invalid(error) from None
         audit_record(request, Action.DEPLOYMENT_SCALE, deployment, data.validated_data)
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
 class DeploymentStopApi(APIView):
@@ -187,7 +190,7 @@ class DeploymentStopApi(APIView):
     def post(self, request, name: str):
         deployment = deployment_stop(deployment=_managed_deployment(request, name))
         audit_record(request, Action.DEPLOYMENT_STOP, deployment)
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
 class DeploymentStartApi(APIView):
@@ -200,7 +203,7 @@ class DeploymentStartApi(APIView):
     def post(self, request, name: str):
         deployment = deployment_start(deployment=_managed_deployment(request, name))
         audit_record(request, Action.DEPLOYMENT_START, deployment)
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
 class ReplicaListApi(APIView):
@@ -209,7 +212,7 @@ class ReplicaListApi(APIView):
     @extend_schema(responses=ReplicaOutput(many=True))
     def get(self, request):
         replicas = queries.replica_list(deployment=request.query_params.get("deployment"))
-        return Response(ReplicaOutput(replicas, many=True).data)
+        return Response(ReplicaOutput(replicas, many=True, context={"request": request}).data)
 
 
 def _deployment(name: str) -> Deployment:

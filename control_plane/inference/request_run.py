@@ -52,6 +52,7 @@ from control_plane.inference.history_events import (
 from control_plane.inference.history_log import history_append, history_catch_up
 from control_plane.inference.models import InferenceRequest, Route, Status
 from control_plane.inference.outcome import Delta, Outcome, Usage
+from control_plane.inference.prompt_bound import prompt_overflow
 from control_plane.inference.services import artifact_store
 from control_plane.inference.serving_leases import leases_for
 from control_plane.inference.targets import Caller, Served
@@ -272,6 +273,7 @@ class RequestRun:
     ) -> Deltas:
         """Submit to the served deployment and wait for the first message (see Deltas.first).
         A request of several submissions (n images) folds each into an outcome of its own."""
+        self._check_prompt_bound(request)
         client = loop_redis()
         outcome = Outcome()
         self.outcomes.append(outcome)  # before any await: submissions keep their order
@@ -282,6 +284,14 @@ class RequestRun:
         deltas = Deltas(messages, outcome, client)
         await deltas.first()
         return deltas
+
+    def _check_prompt_bound(self, request: StageRequest) -> None:
+        """A prompt longer than the entry stage's context surely is never sent to a replica."""
+        max_length = self.served.deploy.for_stage(self.served.pipeline.entry_stage).max_length
+        overflow = prompt_overflow(request, max_length, settings.PROMPT_MAX_CHARS_PER_TOKEN)
+        if overflow:
+            param = "messages" if request.messages else "prompt"
+            raise ApiError(400, f"Invalid '{param}': {overflow}.", param=param, code="context_length_exceeded")
 
     async def _started(self) -> None:
         if self.opened is not None and self.opened.started_at is None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from control_plane.accounts.permissions import check_access, deployment_allowed
+from control_plane.deployments.model_paths import redact_paths
 from control_plane.deployments.models import Deployment, DeploymentState
 from control_plane.deployments.served_cache import served_cache
 from control_plane.inference.errors import ApiError
@@ -119,7 +120,7 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
         raise ApiError(
             503,
             f"The model '{model}' is not running (state {deployment.state}"
-            + (f": {deployment.state_reason}" if deployment.state_reason else "")
+            + (f": {redact_paths(deployment.state_reason)}" if deployment.state_reason else "")
             + "). Retry later.",
             param="model",
             code="model_not_ready",

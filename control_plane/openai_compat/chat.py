@@ -32,6 +32,7 @@ from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
+from control_plane.openai_compat.unsupported import refuse_unsupported
 from stages.protocol import StageRequest
 
 AUDIO_EXPIRY_S = 24 * 3600
@@ -142,6 +143,7 @@ async def chat_completions(request, run: RequestRun):
     raw = read_json(request)
     run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, ChatRequest)
+    refuse_unsupported(raw)
     check_common(body)
     served = await served_deployment(
         run.caller, body.model, check=lambda found: check_modalities(body.modalities, found.output_modalities)

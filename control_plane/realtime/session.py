@@ -34,6 +34,7 @@ from control_plane.realtime.session_config import MODEL_INPUT_RATE, SessionConfi
 from control_plane.realtime.states import IllegalTransition, StateMachine
 from control_plane.realtime.truncation import ContextTooLong, kept_items, prompt_budget
 from control_plane.realtime.vad import FRAME_MS, START_FRAMES, EnergyVad
+from control_plane.system.json_bounds import HostileJson, check_json_values
 from stages.config import load_deploy_config
 from stages.context_truncation import PromptCounter
 from stages.resampling import resample
@@ -102,8 +103,11 @@ class RealtimeSession:
         try:
             try:
                 event = json.loads(text)
-            except (json.JSONDecodeError, TypeError):
+                check_json_values(event)
+            except (json.JSONDecodeError, TypeError, RecursionError):
                 raise ProtocolError("The event is not valid JSON.", code="invalid_json") from None
+            except HostileJson as error:
+                raise ProtocolError(error.message, code="invalid_value", param=error.param) from None
             if not isinstance(event, dict):
                 raise ProtocolError("An event must be a JSON object.", code="invalid_event")
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
@@ -292,6 +296,8 @@ class RealtimeSession:
 
     async def _start_response(self, overrides: dict, turn_started: float, user_item: Item | None) -> None:
         spec = self._spec(overrides, turn_started)
+        if not await self.may_respond():
+            return
         if user_item is None:
             user_item = next((item for item in reversed(self.conversation.items) if item.role == "user"), None)
         if user_item is not None:
@@ -382,6 +388,10 @@ class RealtimeSession:
 
     async def after_response(self) -> None:
         """Hook for the consumer (rate_limits.updated)."""
+
+    async def may_respond(self) -> bool:
+        """Hook for the consumer: whether the session's credential still holds (key_watch.py)."""
+        return True
 
 
 def _heard_text(transcript: str, heard_ms: int, total_ms: int) -> str:

@@ -161,8 +161,10 @@ def test_a_missing_page_is_a_styled_404_in_the_console_layout(alice_client):
     assert "/no/such/page/" in page
     missing = alice_client.get(reverse("console:deployment", args=["gone"]))
     assert missing.status_code == 404 and 'data-error-page="404"' in missing.content.decode()
-    # the API keeps Django's plain answers
-    assert "data-error-page" not in Client().get("/api/no-such-thing/").content.decode()
+    # the API's paths answer JSON in their own error shapes
+    assert Client().get("/api/no-such-thing/").json() == {"detail": "Not found."}
+    v1 = Client().get("/v1/models/a/b/c")
+    assert v1.status_code == 404 and v1.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_a_forbidden_page_is_styled_too(alice_client, pipelines):
