@@ -1,6 +1,6 @@
 """Deploys that cannot work are refused at create time with a 400 naming the field: a checkpoint
 that does not exist, a directory without a config, an architecture the family does not serve, a
-backend the stage kind cannot run, a hub id while the hub is off. The console's deploy form shows
+backend the stage kind cannot run, a hub id (no hub is reachable). The console's deploy form shows
 the same error on its field."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def create(client, pipeline: str, model_dir: str, deploy_config: dict | None = N
 
 
 @pytest.mark.django_db
-def test_a_checkpoint_that_cannot_serve_is_refused_naming_model_dir(client, tmp_path, monkeypatch):
+def test_a_checkpoint_that_cannot_serve_is_refused_naming_model_dir(client, tmp_path, monkeypatch, settings):
+    settings.MODEL_DIR_ROOTS = [tmp_path, MODELS]  # checkpoints may live under these
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{not json")
     (tmp_path / "empty").mkdir()
@@ -42,7 +43,7 @@ def test_a_checkpoint_that_cannot_serve_is_refused_naming_model_dir(client, tmp_
         ("llm", str(tmp_path / "broken"), "not valid JSON"),
         ("llm", str(MODELS / "qwen2_5_omni"), "the llm family serves"),
         ("qwen2_5_omni", str(MODELS / "qwen2"), "'qwen2' checkpoint"),
-        ("llm", "Qwen/Qwen2.5-0.5B-Instruct", "HF_HUB_OFFLINE"),
+        ("llm", "Qwen/Qwen2.5-0.5B-Instruct", "no checkpoint directory"),  # no hub: a name under the models dir
     ]:
         response = create(client, pipeline, model_dir)
         assert response.status_code == 400, (model_dir, response.content)
@@ -66,10 +67,10 @@ def test_the_deploy_form_shows_the_checkpoint_error_on_its_field(pipelines, djan
     browser = Client()
     browser.force_login(root)
     url = reverse("console:deploy", args=["llm"])
-    data = {"name": "nope", "model_dir": "/no/such/dir", "max_queue": "64", "request_timeout_s": "300",
+    data = {"name": "nope", "model_dir": "no-such-checkpoint", "max_queue": "64", "request_timeout_s": "300",
             "stages.llm.pool": "cpu", "stages.llm.replicas": "1", "stages.llm.device": "cpu",
             "stages.llm.backend": "torch", "stages.llm.max_batch": "16", "stages.llm.max_length": "2048",
             "stages.llm.dtype": "float32", "stages.llm.async_chunk_size": "25", "stages.llm.options": "{}"}  # fmt: skip
     page = browser.post(url, data).content.decode()
-    assert "no checkpoint directory at &#x27;/no/such/dir&#x27;" in page
+    assert "no checkpoint directory at" in page and "no-such-checkpoint" in page
     assert not Deployment.objects.filter(name="nope").exists()
