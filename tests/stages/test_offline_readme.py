@@ -10,6 +10,9 @@ import subprocess
 
 import pytest
 from procs import PYTHON, REPO
+from smollm2_checkpoint import smollm2_checkpoint
+
+from stages.tiny import build_all
 
 
 def readme_offline_snippet() -> str:
@@ -24,6 +27,8 @@ def run_snippet(code: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 def test_the_readme_offline_example_runs_as_written():
+    smollm2_checkpoint()  # what the snippet opens, built where `make run` builds it
+    assert smollm2_checkpoint().relative_to(REPO).as_posix() in readme_offline_snippet()
     done = run_snippet(readme_offline_snippet(), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip()
@@ -31,10 +36,8 @@ def test_the_readme_offline_example_runs_as_written():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (REPO / "var/models/qwen2_5_omni/spk_dict.pt").exists(), reason="python -m stages.tiny var/models"
-)
 def test_the_omni_offline_example_with_defaults_speaks_and_exits_cleanly():
+    build_all(REPO / "var" / "models", only=["qwen2_5_omni"])
     code = (
         "from stages import Omni\n"
         "result = Omni('var/models/qwen2_5_omni').generate('Hello')[0]\n"
