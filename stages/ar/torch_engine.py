@@ -113,7 +113,10 @@ class ARTorchEngine(StageEngine):
         self.sequences: dict[str, Sequence] = {}
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(int(self.options.get("seed", 0)))
-        graphs, compile_step = self.options.get("cuda_graphs", True), self.options.get("compile", self.device.type == "cuda")
+        graphs, compile_step = (
+            self.options.get("cuda_graphs", True),
+            self.options.get("compile", self.device.type == "cuda"),
+        )
         if not isinstance(compile_step, bool):
             raise ConfigError("options.compile", f"must be true or false, got {compile_step!r}")
         graphs = graphs if adapter.supports_cuda_graphs else False
