@@ -326,7 +326,7 @@ class EvaluationGraphs:
         key = (size, *((tuple(t.shape[1:]), t.dtype) for t in (*window, state)))
         if size is None or key in self.uncapturable:
             return self.ode_function(*window)
-        padded = [_pad_rows(t, size) for t in window]
+        padded = [_pad_window_rows(t, count, size) for t in window]
         captured = self.graphs.get(key)
         if captured is None:
             captured = self._capture(key, padded, _pad_rows(state, size))
@@ -400,6 +400,16 @@ class _Captured:
             return self.eager(self.time_step, self.state)[:count].clone()
         self.graph.replay()
         return self.output[:count].clone()
+
+
+def _pad_window_rows(tensor, count: int, size: int):
+    """A window tensor of `count` rows padded to `size`; one of 2 x `count` rows (the speaker features of
+    classifier-free guidance: conditioned rows, then unconditioned) padded half by half."""
+    import torch
+
+    if tensor.shape[0] == 2 * count:
+        return torch.cat([_pad_rows(half, size) for half in tensor.chunk(2)])
+    return _pad_rows(tensor, size)
 
 
 def _pad_rows(tensor, size: int):
