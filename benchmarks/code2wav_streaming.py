@@ -13,7 +13,8 @@ measured in the same run: each request's codes decoded as one whole sequence, on
 Per run: TTFP (mean time from arrival to a request's first audio), RTF (mean time from arrival to its
 last audio over its audio's duration), late (mean seconds of playback a request's client waited for
 audio after its first audio, playing in real time), throughput (requests per second of the run),
-decode compute per second of audio, and its ratio to the whole-sequence baseline's.
+decode compute per second of audio, its ratio to the whole-sequence baseline's, and the frames the
+windows decoded (left context and look-ahead included) per frame of audio (1.00 for a whole decode).
 `tiny models: python -m stages.tiny var/models` builds the CPU model directory.
 """
 
@@ -87,9 +88,10 @@ def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dic
     """All requests arrive at once; each one's frames come in at `talker_fps`; the engine steps until done."""
     from stages.protocol import StageRequest
 
-    decode, decode_s = engine.decoder.decode, [0.0]
+    decode, decode_s, span_frames = engine.decoder.decode, [0.0], [0]
 
     def timed_decode(windows):
+        span_frames[0] += sum(end - start for start, end in map(engine.decoder._span, windows))
         began = time.perf_counter()
         try:
             return decode(windows)
@@ -142,6 +144,7 @@ def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dic
         "late": float(np.mean(list(late.values()))),
         "throughput": len(codes) / elapsed,
         "compute": decode_s[0] / audio_s,
+        "decoded": span_frames[0] / sum(len(values) for values in codes),
     }
 
 
@@ -172,7 +175,8 @@ def main() -> None:
             print(
                 f"{policy:8s} concurrency {concurrency:2d}  TTFP {result['ttfp']:6.3f} s  RTF {result['rtf']:6.3f}"
                 f"  late {result['late']:6.3f} s  {result['throughput']:6.2f} req/s"
-                f"  compute {result['compute']:6.3f} s per audio s ({result['compute'] / whole:4.2f}x whole)",
+                f"  compute {result['compute']:6.3f} s per audio s ({result['compute'] / whole:4.2f}x whole;"
+                f" {result['decoded']:4.2f} frames decoded per frame)",
                 flush=True,
             )
 
