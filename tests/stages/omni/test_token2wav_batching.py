@@ -80,7 +80,7 @@ def test_token2wav_graph_buckets_cover_every_batch_up_to_max_batch_padded(omni_m
     engine.warm_up()
     planned = engine.policy.planned_windows(48)
     stream = CodeStream("probe", None, [0] * 48)
-    spans = {decoder.batch_key(Window(stream, start, end, False))[0] for start, end in planned}
+    spans = {b - a for a, b in (decoder._span(Window(stream, start, end, False)) for start, end in planned)}
     assert len(spans) >= 3
     assert {(key[0], key[3][0][0]) for key in graphs.graphs} == {
         (size, span) for size in graphs.sizes for span in spans
