@@ -1,8 +1,8 @@
 # One image for every Omnistage service (web, orchestrator, worker pools).
-# CPU build by default; pass --build-arg EXTRAS=gpu,dev on a CUDA base for GPU pools.
+# CPU build by default; pass --build-arg EXTRAS=gpu,demo on a CUDA base for GPU pools.
 ARG BASE=python:3.12-slim
 FROM ${BASE}
-ARG EXTRAS=cpu
+ARG EXTRAS=cpu,demo
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 DJANGO_SETTINGS_MODULE=control_plane.settings
 WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends build-essential libsndfile1 && rm -rf /var/lib/apt/lists/*

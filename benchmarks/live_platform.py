@@ -65,12 +65,12 @@ class LivePlatform:
         self.redis_server = RedisServer(self.var_dir / "redis").start()
         env = {
             **os.environ,
-            **self.extra_env,
-            "OMNISTAGE_VAR_DIR": str(self.var_dir),
-            "REDIS_URL": self.redis_server.url,
             "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
             "OMNISTAGE_HEARTBEAT_TTL": "3",
             "OMNISTAGE_LOG_LEVEL": "WARNING",
+            **self.extra_env,  # may override the heartbeat and log settings above
+            "OMNISTAGE_VAR_DIR": str(self.var_dir),
+            "REDIS_URL": self.redis_server.url,
             "DJANGO_SETTINGS_MODULE": "control_plane.settings",
             "PYTHONPATH": str(REPO),
         }

@@ -65,7 +65,7 @@ async def measure(one: Callable[[], Awaitable[float]], args) -> Measured:
 async def in_process(args) -> Measured:
     from stages import AsyncOmni
 
-    deploy = {"stages": {"echo": {"options": ECHO_OPTIONS}}, "max_queue": 4096}
+    deploy = {"stages": {"echo": {"options": ECHO_OPTIONS, "max_waiting": 4096}}, "max_queue": 4096}
     omni = AsyncOmni("-", family="echo", deploy=deploy)
     await omni.start()
 
@@ -117,7 +117,7 @@ def start_platform(var_dir: Path):
         name="bench-echo",
         pipeline=Pipeline.objects.get(name="echo"),
         model_dir="-",
-        deploy_config={"stages": {"echo": {"options": ECHO_OPTIONS}}, "max_queue": 4096},
+        deploy_config={"stages": {"echo": {"options": ECHO_OPTIONS, "max_waiting": 4096}}, "max_queue": 4096},
     )
     wait_for(
         lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=120, what="deployment RUNNING"

@@ -84,15 +84,16 @@ def merged(base: dict, override: dict) -> dict:
 
 def deploy_config(target: Target, device: str, pipeline: dict) -> dict:
     """The target's DeployConfig: on `device`, every stage of a model pipeline in the `gpu` pool
-    with bfloat16 AR stages on a GPU, and weights from `load_format: dummy` for real shapes.
+    with bfloat16 AR stages on a GPU, and weights from `load_format: dummy` for real shapes; every
+    stage queues what the benchmark's concurrency sends (`max_waiting`) instead of refusing it.
     `pipeline` is the pipeline's config as /api/pipelines/ serves it (its stages' names and kinds)."""
     config = {**target.deploy_config, "max_queue": 4096}
-    if target.checkpoint is None and target.real_shapes is None:
-        return config
     stages = {}
     for stage in pipeline["stages"]:
         settings = dict(target.deploy_config.get("stages", {}).get(stage["name"], {}))
-        if device != "cpu":
+        settings.setdefault("max_waiting", 4096)  # a closed loop at the concurrency queues, it is not refused
+        model = target.checkpoint is not None or target.real_shapes is not None
+        if model and device != "cpu":
             kind = GPU_AR_STAGE if stage["kind"] == "ar" else GPU_AUDIO_STAGE
             settings = {**kind, "device": device, **settings}
         if target.real_shapes:

@@ -68,9 +68,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         with LivePlatform(Path(scratch), database=args.database, postgres_server=args.postgres_server,
                           web_processes=args.web_processes) as platform:  # fmt: skip
-            platform.deploy(
-                "bench-echo", "echo", "-", {"stages": {"echo": {"options": ECHO_OPTIONS}}, "max_queue": 4096}
-            )
+            echo = {"options": ECHO_OPTIONS, "max_waiting": 4096}
+            platform.deploy("bench-echo", "echo", "-", {"stages": {"echo": echo}, "max_queue": 4096})
             request = request_of(args.path, platform.secret)
             asyncio.run(run_for(platform, request, args.concurrency, 2))  # warm up
             spies = []

@@ -101,6 +101,15 @@ def deploy_config_for(target: Target, device: str) -> dict:
     return {**target.deploy_config, "stages": stages}
 
 
+def queueing(config: dict, pipeline_name: str) -> dict:
+    """`config` with every stage of the pipeline queueing what the sessions send instead of refusing it."""
+    from control_plane.deployments.models import Pipeline
+
+    names = [stage["name"] for stage in Pipeline.objects.get(name=pipeline_name).config["stages"]]
+    stages = {name: {"max_waiting": 4096, **config.get("stages", {}).get(name, {})} for name in names}
+    return {**config, "stages": stages}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -192,7 +201,7 @@ def deploy(name: str, target: Target, model_dir: str, device: str):
 
     deployment = deployment_create(
         name=name, pipeline=Pipeline.objects.get(name=target.pipeline), model_dir=model_dir,
-        deploy_config={**deploy_config_for(target, device), "max_queue": 4096},
+        deploy_config=queueing({**deploy_config_for(target, device), "max_queue": 4096}, target.pipeline),
     )  # fmt: skip
     deadline = time.monotonic() + 900
     while (state := Deployment.objects.get(pk=deployment.pk).state) != "RUNNING":

@@ -140,8 +140,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         with LivePlatform(Path(scratch), database=args.database, postgres_server=args.postgres_server,
                           web_processes=args.web_processes) as platform:  # fmt: skip
-            deployment = platform.deploy("bench-echo", "echo", "-", {"stages": {"echo": {"options": ECHO_OPTIONS}},
-                                                                   "max_queue": 4096})  # fmt: skip
+            deployment = platform.deploy("bench-echo", "echo", "-", {"stages": {"echo": {
+                "options": ECHO_OPTIONS, "max_waiting": 4096}}, "max_queue": 4096})  # fmt: skip
             deployment_id = str(deployment.id)
 
             def baseline(total: int, concurrency: int):

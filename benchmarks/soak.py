@@ -194,7 +194,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         with LivePlatform(Path(scratch), database=args.database, postgres_server=args.postgres_server,
                           web_processes=args.web_processes) as platform:  # fmt: skip
-            platform.deploy("soak-llm", "llm", args.model_dir, {"max_queue": max(64, args.streams)})
+            depth = max(64, args.streams)  # every stream is queued, none refused for capacity
+            platform.deploy(
+                "soak-llm", "llm", args.model_dir, {"max_queue": depth, "stages": {"llm": {"max_waiting": depth}}}
+            )
             started = time.monotonic()
             tally, samples = asyncio.run(soak(platform, args))
             wall = time.monotonic() - started

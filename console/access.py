@@ -49,7 +49,9 @@ def navigation(request) -> dict:
         return {"nav": []}
     items = [
         ("dashboard", "Dashboard", reverse("console:dashboard")),
+        ("deployments", "Deployments", reverse("console:deployments")),
         ("catalog", "Catalog", reverse("console:catalog")),
+        ("models", "Models", reverse("console:models")),
         ("chat", "Chat", reverse("console:playground", args=["chat"])),
         ("image", "Image", reverse("console:playground", args=["image"])),
         ("speech", "Speech", reverse("console:playground", args=["speech"])),
@@ -60,5 +62,6 @@ def navigation(request) -> dict:
         ("usage", "Usage", reverse("console:usage")),
     ]
     if user_is_admin(user):
+        items.append(("audit", "Audit", reverse("console:audit")))
         items.append(("admin", "Admin", reverse("admin:index")))
     return {"nav": items, "is_admin": user_is_admin(user), "can_deploy": can_manage_deployments(user)}

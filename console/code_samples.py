@@ -59,7 +59,9 @@ def _body(run: PlaygroundRequest) -> tuple[str, dict]:
             body["voice"] = p["voice"]
         return "/v1/audio/speech", body
     body = {"model": run.deployment, "prompt": run.request.prompt, "size": p["size"]}
-    body.update(num_frames=p["num_frames"], num_inference_steps=p["num_inference_steps"])
+    if p["num_frames"] is not None:
+        body["num_frames"] = p["num_frames"]
+    body["num_inference_steps"] = p["num_inference_steps"]
     if p["seed"] is not None:
         body["seed"] = p["seed"]
     return "/v1/videos", body

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from control_plane.deployments.queries import deployment_list
-from control_plane.inference.models import InferenceRequest
+from control_plane.inference.models import InferenceRequest, Status
 
 CHART_MINUTES = 60
 PERCENTILES = (50, 90, 99)
@@ -30,13 +30,14 @@ class DeploymentRow:
     queue_depth: int
     requests_per_min: float
     latency: list[dict]
+    """Per route (most completed requests first): its timings' percentiles."""
     chart: dict
 
 
 def _stage_counts(deployment) -> list[dict]:
     stages: dict[str, dict] = {}
     for replica in deployment.replicas.all():
-        entry = stages.setdefault(replica.stage, {"stage": replica.stage, "total": 0, "running": 0})
+        entry = stages.setdefault(replica.label, {"stage": replica.label, "total": 0, "running": 0})
         entry["total"] += 1
         entry["running"] += replica.state == "RUNNING"
     return list(stages.values())
@@ -55,29 +56,42 @@ def _chart(times: list, now) -> dict:
     return {"bars": bars, "peak": max(counts), "total": sum(counts)}
 
 
+def _latency_by_route(requests: list[dict]) -> list[dict]:
+    """Percentiles of completed requests only, route by route: a failed or refused request ends in
+    milliseconds, and a chat's times say nothing about an image's."""
+    by_route: dict[str, list[dict]] = {}
+    for request in requests:
+        if request["status"] == Status.COMPLETED:
+            by_route.setdefault(request["route"], []).append(request)
+    latency = []
+    for route, completed in sorted(by_route.items(), key=lambda item: (-len(item[1]), item[0])):
+        timings = []
+        for field, label in TIMINGS:
+            values = [r[field] for r in completed if r[field] is not None]
+            timings.append({"label": label, "values": [{"p": p, "value": percentile(values, p)} for p in PERCENTILES]})
+        latency.append({"route": route, "count": len(completed), "timings": timings})
+    return latency
+
+
 def dashboard_rows() -> list[DeploymentRow]:
     now = timezone.now()
     since = now - timedelta(minutes=CHART_MINUTES)
     recent = list(
         InferenceRequest.objects.filter(created_at__gte=since).values(
-            "deployment_name", "created_at", "ttft_s", "ttfp_s", "e2el_s"
+            "deployment_name", "created_at", "route", "status", "ttft_s", "ttfp_s", "e2el_s"
         )
     )
     rows = []
     for deployment in deployment_list():
         mine = [r for r in recent if r["deployment_name"] == deployment.name]
         last5 = [r for r in mine if (now - r["created_at"]).total_seconds() < 300]
-        latency = []
-        for field, label in TIMINGS:
-            values = [r[field] for r in mine if r[field] is not None]
-            latency.append({"label": label, "values": [{"p": p, "value": percentile(values, p)} for p in PERCENTILES]})
         rows.append(
             DeploymentRow(
                 deployment=deployment,
                 stages=_stage_counts(deployment),
                 queue_depth=sum(replica.queue_depth for replica in deployment.replicas.all()),
                 requests_per_min=round(len(last5) / 5, 2),
-                latency=latency,
+                latency=_latency_by_route(mine),
                 chart=_chart([r["created_at"] for r in mine], now),
             )
         )

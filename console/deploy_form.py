@@ -13,6 +13,7 @@ from django import forms
 from django.conf import settings
 
 from control_plane.deployments.services import DeploymentInvalid
+from stages.audio_cap import BASE_S, CEILING_S, PER_TEXT_TOKEN_S
 from stages.config import PipelineConfig, StageDeployConfig
 
 BACKENDS = ["torch", "vllm", "generation", "diffusers", "echo"]
@@ -25,13 +26,13 @@ def checkpoint_choices() -> list[str]:
     root = Path(settings.MODELS_DIR)
     if not root.is_dir():
         return []
-    return sorted(child.name for child in root.iterdir() if child.is_dir())
+    return sorted(child.name for child in root.iterdir() if child.is_dir() and not child.name.startswith("."))
 
 
 def default_checkpoint(family: str) -> str:
     if family == "echo":
         return "-"
-    guesses = {"text_to_image": "sd3", "text_to_video": "wan", "llm": "qwen2", "ar_to_dit": "ar_to_dit"}
+    guesses = {"text_to_image": "sd3", "text_to_video": "wan", "llm": "smollm2-135m-instruct", "ar_to_dit": "ar_to_dit"}
     return guesses.get(family, family)
 
 
@@ -42,12 +43,20 @@ class DeployForm(forms.Form):
     )
     max_queue = forms.IntegerField(min_value=1, initial=64, label="Max queued requests")
     request_timeout_s = forms.FloatField(min_value=0.1, initial=300.0, label="Request timeout (s)")
+    max_audio_seconds = forms.FloatField(
+        required=False,
+        min_value=0.1,
+        label="Max audio per request (s)",
+        help_text=f"Empty: {BASE_S:g} s + {PER_TEXT_TOKEN_S:g} s per text token, at most {CEILING_S:g} s.",
+    )
 
     def __init__(self, *args, pipeline: PipelineConfig, family: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.pipeline = pipeline
         self.fields["name"].initial = pipeline.name.replace("_", "-")
         self.fields["model_dir"].initial = default_checkpoint(family)
+        if "audio" not in pipeline.output_modalities:
+            del self.fields["max_audio_seconds"]
         defaults = StageDeployConfig()
         pools = [(pool, pool) for pool in settings.KNOWN_POOLS]
         for stage in pipeline.stages:
@@ -116,7 +125,10 @@ class DeployForm(forms.Form):
                 knob: data[f"{prefix}.{knob}"]
                 for knob in ("pool", "replicas", "device", "backend", *ENGINE_KNOBS, "options", "sampling")
             }
-        return {"stages": stages, "max_queue": data["max_queue"], "request_timeout_s": data["request_timeout_s"]}
+        config = {"stages": stages, "max_queue": data["max_queue"], "request_timeout_s": data["request_timeout_s"]}
+        if data.get("max_audio_seconds") is not None:
+            config["max_audio_seconds"] = data["max_audio_seconds"]
+        return config
 
     def add_service_error(self, error: DeploymentInvalid) -> None:
         """Put the service's error on the field it names (the form-wide list if none matches)."""

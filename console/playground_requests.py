@@ -191,19 +191,19 @@ def _video(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
     width, height = _size(data)
     parameters = {
         "size": f"{width}x{height}",
-        "num_frames": _int(data, "num_frames", 8, 1, 257),
+        "num_frames": _int(data, "num_frames", None, 1, 257),  # none: the deployment's default
         "num_inference_steps": _int(data, "num_inference_steps", 4, 1, 200),
         "seed": _int(data, "seed", None, 0, 2**63 - 1),
     }
     params = {
         "height": height,
         "width": width,
-        "num_frames": parameters["num_frames"],
         "num_inference_steps": parameters["num_inference_steps"],
         "output_format": "mp4",
     }
-    if parameters["seed"] is not None:
-        params["seed"] = parameters["seed"]
+    for name in ("num_frames", "seed"):
+        if parameters[name] is not None:
+            params[name] = parameters[name]
     request = StageRequest(request_id=request_id, prompt=prompt, params=params, arrival_time=time.time())
     return request, parameters, {"prompt": prompt}
 

@@ -6,4 +6,6 @@ urlpatterns = [
     path("", include("control_plane.deployments.urls")),
     path("", include("control_plane.accounts.urls")),
     path("", include("control_plane.inference.urls")),
+    path("", include("control_plane.registry.urls")),
+    path("", include("control_plane.audit.urls")),
 ]

@@ -6,6 +6,7 @@ start-up with one line naming the variable and the expected form.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import sys
@@ -26,6 +27,7 @@ from control_plane.env import (
     env_str,
     env_url,
 )
+from control_plane.system.body_limits import default_body_limits
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -40,6 +42,22 @@ def _secret_key(var_dir: Path) -> str:
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def _byte_count(name: str, text: str) -> int:
+    if not text.isdigit():
+        raise EnvError(name, "a comma list of path:bytes items, e.g. /v1/completions:2097152", text)
+    return int(text)
+
+
+def _networks(name: str) -> list[str]:
+    networks = env_list(name, [])
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            raise EnvError(name, "a comma list of networks, e.g. 10.1.2.0/24,fd00::/8", network) from None
+    return networks
 
 
 def _redis_to_celery(url: str) -> str:
@@ -126,11 +144,13 @@ INSTALLED_APPS = [
     "control_plane.deployments",
     "control_plane.inference",
     "control_plane.orchestrator",
+    "control_plane.registry",
+    "control_plane.audit",
     "console",
 ]
 
 # Every app of ours keeps its migrations under migrations/<label>/ (checked by system.E001).
-OUR_APPS = ["system", "accounts", "deployments", "inference", "orchestrator", "console"]
+OUR_APPS = ["system", "accounts", "deployments", "inference", "orchestrator", "registry", "audit", "console"]
 MIGRATION_MODULES = {label: f"migrations.{label}" for label in OUR_APPS}
 
 # Django's own middleware, with their hooks run in the event loop (control_plane/system/middleware.py)
@@ -176,6 +196,8 @@ STATIC_ROOT = VAR_DIR / "static"
 MEDIA_URL = "media/"
 MEDIA_ROOT = Path(env_str("OMNISTAGE_MEDIA_ROOT", str(VAR_DIR / "media")))
 MODELS_DIR = Path(env_str("OMNISTAGE_MODELS_DIR", str(VAR_DIR / "models")))
+# further directories a deployment's model_dir may lie in (control_plane/deployments/model_paths.py)
+MODEL_DIR_ROOTS = [Path(root) for root in env_list("OMNISTAGE_MODEL_DIR_ROOTS", [])]
 
 CHANNEL_LAYERS = {
     "default": {
@@ -195,12 +217,17 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "control_plane.system.api_schema.DocumentedErrorsSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "control_plane.accounts.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "control_plane.system.json_parser.CheckedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -237,7 +264,7 @@ except EnvError as error:
 try:
     DEMO_DEPLOYMENTS = env_colon_tuples(
         "OMNISTAGE_DEMO",
-        ["tiny-llm:llm:qwen2", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
+        ["tiny-llm:llm:smollm2-135m-instruct", "tiny-omni:qwen2_5_omni:qwen2_5_omni", "tiny-image:text_to_image:sd3"],
         ("name", "pipeline", "checkpoint"),
     )
 except EnvError as error:
@@ -257,13 +284,25 @@ except EnvError as error:
 
 try:
     MAX_REQUEST_BYTES = env_int("OMNISTAGE_MAX_REQUEST_BYTES", 20 * 1024 * 1024, minimum=1024)
+    BODY_LIMITS = {
+        **default_body_limits(MAX_REQUEST_BYTES),
+        **{path: _byte_count("OMNISTAGE_BODY_LIMITS", size) for path, size in
+           env_colon_tuples("OMNISTAGE_BODY_LIMITS", [], ("path", "bytes"))},
+    }  # fmt: skip
+    PROMPT_MAX_CHARS_PER_TOKEN = env_float("OMNISTAGE_PROMPT_MAX_CHARS_PER_TOKEN", 16.0, minimum=1.0)
     MAX_MEDIA_BYTES = env_int("OMNISTAGE_MAX_MEDIA_BYTES", 10 * 1024 * 1024, minimum=1024)
+    METRICS_TOKEN = env_str("OMNISTAGE_METRICS_TOKEN", "")
     FETCH_MEDIA_URLS = env_bool("OMNISTAGE_FETCH_MEDIA_URLS", False)
     MEDIA_URL_HOSTS = env_list("OMNISTAGE_MEDIA_URL_HOSTS", [])
+    MEDIA_URL_ALLOWED_NETWORKS = _networks("OMNISTAGE_MEDIA_URL_ALLOWED_NETWORKS")
+    MEDIA_FETCH_TIMEOUT_S = env_float("OMNISTAGE_MEDIA_FETCH_TIMEOUT_S", 10.0, minimum=0.1)
+    REALTIME_KEY_CHECK_S = env_float("OMNISTAGE_REALTIME_KEY_CHECK_S", 5.0, minimum=0.1)
     SERVING_IDLE_TIMEOUT_S = env_float("OMNISTAGE_SERVING_IDLE_TIMEOUT_S", 120.0, minimum=1.0)
     ARTIFACT_URL_TTL_S = env_int("OMNISTAGE_ARTIFACT_URL_TTL_S", 3600, minimum=1)
     HISTORY_RETENTION_DAYS = env_float("OMNISTAGE_HISTORY_RETENTION_DAYS", 30.0, minimum=0.0)  # 0 keeps everything
     HISTORY_CLEANUP_INTERVAL_S = env_float("OMNISTAGE_HISTORY_CLEANUP_INTERVAL_S", 3600.0, minimum=1.0)
+    # a `running` row whose serving process stopped renewing its lease this long ago is closed as failed
+    HISTORY_ORPHAN_GRACE_S = env_float("OMNISTAGE_HISTORY_ORPHAN_GRACE_S", 60.0, minimum=10.0)
 except EnvError as error:
     sys.exit(f"omnistage: configuration error: {error}")
 LOGIN_URL = "console:login"

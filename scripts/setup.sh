@@ -5,9 +5,9 @@ cd "$(dirname "$0")/.."
 
 PYTHON="${PYTHON:-python3}"
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    EXTRAS="${OMNISTAGE_EXTRAS:-gpu,dev}"
+    EXTRAS="${OMNISTAGE_EXTRAS:-gpu,dev,demo}"
 else
-    EXTRAS="${OMNISTAGE_EXTRAS:-cpu,dev}"
+    EXTRAS="${OMNISTAGE_EXTRAS:-cpu,dev,demo}"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -23,6 +23,11 @@ LoadFormat = Literal["auto", "dummy"]
 EdgeCarries = Literal["text", "tokens", "hidden", "codes", "embeddings", "kv"]
 OutputModality = Literal["text", "audio", "image", "video"]
 InputModality = Literal["text", "audio", "image", "video"]
+BACKENDS_OF_KIND: dict[str, tuple[str, ...]] = {
+    "ar": ("torch", "vllm", "echo"),
+    "generation": ("generation", "echo"),
+    "diffusion": ("diffusers", "echo"),
+}
 
 
 class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,8 +44,6 @@ class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     default_backend: Backend = "torch"
     model_subdir: str = ""
     """Which part of the checkpoint directory this stage loads (empty: the whole)."""
-    input_processor: str | None = None
-    """Dotted path of the function that turns upstream outputs into this stage's input."""
     default_sampling: dict[str, Any] = {}
     init_image: bool = False
     """The stage can start from an input image instead of noise (image edits: `payloads["image"]`
@@ -62,6 +65,13 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     stages: list[StageConfig]
     edges: list[EdgeConfig] = []
     needs_chat_template: bool = False
+    request_defaults: dict[str, Any] = {}
+    """Per-request parameters a client should start from (a video family's frame count), published
+    so that the console's forms open on values the engine accepts."""
+    frame_multiple: int = 1
+    """Video: num_frames - 1 must be a multiple of this (the VAE's temporal downscale, 4 for Wan)."""
+    internal: bool = False
+    """A test pipeline (the echo family): deployable, but not offered in the console's catalog."""
 
     def __post_init__(self) -> None:
         _validate_pipeline(self)
@@ -112,10 +122,19 @@ def _validate_pipeline(config: PipelineConfig) -> None:
                 raise ConfigError(f"edges[{index}].{end}", f"no stage with id {getattr(edge, end)}")
         if edge.source == edge.target:
             raise ConfigError(f"edges[{index}]", "an edge cannot loop on one stage")
+    _check_request_defaults(config)
     entries = [sid for sid in ids if sid not in {edge.target for edge in config.edges}]
     if len(entries) != 1:
         raise ConfigError("edges", f"the graph needs exactly one entry stage, found {entries}")
     _check_acyclic(config)
+
+
+def _check_request_defaults(config: PipelineConfig) -> None:
+    if config.frame_multiple < 1:
+        raise ConfigError("frame_multiple", f"must be at least 1, got {config.frame_multiple}")
+    frames = config.request_defaults.get("num_frames")
+    if frames is not None and (not isinstance(frames, int) or frames < 1 or (frames - 1) % config.frame_multiple):
+        raise ConfigError("request_defaults.num_frames", f"must be {config.frame_multiple}k + 1, got {frames!r}")
 
 
 def _check_acyclic(config: PipelineConfig) -> None:
@@ -155,6 +174,23 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     sampling: dict[str, Any] = {}
     """Default sampling for this stage when a request gives none (e.g. a talker's max_tokens),
     over the pipeline's own default."""
+    group: str | None = None
+    """Stages naming the same group run in one replica host process, which hands each request's
+    outputs from one of them to the next in memory (`stages.groups`); the orchestrator routes
+    only into the group's entry stage and takes back what leaves the group."""
+    max_running: int | None = None
+    """Admission: requests one replica of this stage works on at once (None: `max_batch`)."""
+    max_waiting: int | None = None
+    """Admission: requests admitted per replica beyond `max_running`, queued or still upstream
+    (None: `max_batch`). A request that finds every stage it needs full is refused with a 503."""
+
+    @property
+    def running_limit(self) -> int:
+        return self.max_running if self.max_running is not None else self.max_batch
+
+    @property
+    def waiting_limit(self) -> int:
+        return self.max_waiting if self.max_waiting is not None else self.max_batch
 
     def validate(self, path: str) -> None:
         if self.replicas < 1:
@@ -171,6 +207,10 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"{path}.cpu_threads", "must be at least 1")
+        if self.max_running is not None and self.max_running < 1:
+            raise ConfigError(f"{path}.max_running", "must be at least 1")
+        if self.max_waiting is not None and self.max_waiting < 0:
+            raise ConfigError(f"{path}.max_waiting", "must be at least 0")
         if self.sampling:
             from stages.protocol import SamplingParams
 
@@ -184,6 +224,12 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if not self.pool or not self.pool.replace(".", "").replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"{path}.pool", f"expected a queue name such as 'cpu' or 'gpu.h200', got {self.pool!r}")
+        if self.group is not None and not _is_name(self.group):
+            raise ConfigError(f"{path}.group", f"expected a name of letters, digits, '-' or '_', got {self.group!r}")
+
+
+def _is_name(value: str) -> bool:
+    return bool(value) and len(value) <= 64 and value.replace("-", "").replace("_", "").isalnum()
 
 
 def _is_device(device: str) -> bool:
@@ -197,13 +243,19 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Per-stage placement, keyed by stage name. Stages left out take the defaults."""
 
     stages: dict[str, StageDeployConfig] = {}
-    async_chunk: bool = True
     max_queue: int = 64
     request_timeout_s: float = 300.0
     hop_timeout_s: float = 30.0
+    max_realtime_lag_s: float | None = 30.0
+    """A request whose audio falls this many seconds behind real time (wall time since its first
+    audio minus the audio produced) fails with `behind_realtime` instead of stalling its listener
+    (None: no bound)."""
     map_openai_voices: bool = False
     """OpenAI's voice names (alloy, ash, ... verse) speak with the model's default voice instead of
     being refused with the list of its own voices."""
+    max_audio_seconds: float | None = None
+    """The most audio one request may make (stages/audio_cap.py); None: the default ceiling, with
+    requests capped in proportion to the text they speak."""
 
     def default_sampling(self, stage: StageConfig) -> dict[str, Any]:
         """A stage's sampling when a request gives none: the pipeline's default, then this
@@ -236,10 +288,23 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
                     f"stages.{name}", f"no stage {name!r} in pipeline {pipeline.name} (stages: {sorted(known)})"
                 )
             stage_config.validate(f"stages.{name}")
+            kind = pipeline.stage_named(name).kind
+            if stage_config.backend is not None and stage_config.backend not in BACKENDS_OF_KIND[kind]:
+                raise ConfigError(
+                    f"stages.{name}.backend",
+                    f"a {kind} stage cannot run on {stage_config.backend!r} (use {', '.join(BACKENDS_OF_KIND[kind])})",
+                )
         if self.max_queue < 1:
             raise ConfigError("max_queue", "must be at least 1")
         if self.hop_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ConfigError("hop_timeout_s", "timeouts must be positive")
+        if self.max_audio_seconds is not None and self.max_audio_seconds <= 0:
+            raise ConfigError("max_audio_seconds", "must be positive")
+        from stages.groups import validate_groups  # the groups module reads these configs
+
+        validate_groups(pipeline, self)
+        if self.max_realtime_lag_s is not None and self.max_realtime_lag_s <= 0:
+            raise ConfigError("max_realtime_lag_s", "must be positive (or null for no bound)")
 
 
 def _convert(data: Any, kind: type, path: str = "") -> Any:

@@ -199,7 +199,8 @@ def _tone(pieces: int) -> Tensor:
 
 
 def _pipeline(name: str, description: str, stages: list[StageConfig], edges: list[EdgeConfig]) -> PipelineConfig:
-    return PipelineConfig(family="echo", name=name, description=description, stages=stages, edges=edges)
+    """Echo pipelines exercise the platform in tests and demos: internal, so the catalog hides them."""
+    return PipelineConfig(family="echo", name=name, description=description, stages=stages, edges=edges, internal=True)
 
 
 _ECHO = StageConfig(id=0, name="echo", kind="ar", output="text", default_backend="echo")

@@ -4,8 +4,9 @@
     omni = Omni("var/models/qwen2")
     print(omni.generate("Hello")[0].text)
 
-`Omni` is synchronous (its event loop runs on a background thread); `AsyncOmni` streams
-deltas on the caller's loop. `load_format="dummy"` (either) builds every stage from the directory's
+`Omni` is synchronous (its event loop runs on a background thread) and returns whole answers, so
+by default it does not bound how far audio may fall behind real time (`max_realtime_lag_s`);
+`AsyncOmni` streams deltas on the caller's loop. `load_format="dummy"` (either) builds every stage from the directory's
 configs with seeded random weights: `Omni("qwen2_5_omni_7b", load_format="dummy")` serves a directory
 of configs and tokenizer files only (see `python -m stages.tiny --real-shapes`). Both drive the orchestrator core through the in-process
 driver, with one engine per stage replica on its own thread.
@@ -14,8 +15,10 @@ driver, with one engine per stage replica on its own thread.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -233,10 +236,13 @@ class Omni:
         pipeline: str | None = None,
         load_format: str | None = None,
     ):
+        if deploy is None:  # whole answers, returned at the end: no listener waits on the audio in real time
+            deploy = DeployConfig(max_realtime_lag_s=None)
         self.engine = AsyncOmni(model, family=family, deploy=deploy, pipeline=pipeline, load_format=load_format)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="omni-loop", daemon=True)
         self._thread.start()
+        _open_at_exit.add(self)
         try:
             self._run(self.engine.start())
         except BaseException:
@@ -272,12 +278,22 @@ class Omni:
         return list(self._run(answer_all()))
 
     def close(self) -> None:
+        _open_at_exit.discard(self)
         if self._loop.is_running():
             self._run(self.engine.close())
             self._run(self._loop.shutdown_default_executor())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=30)
             self._loop.close()
+
+    def close_at_exit(self) -> None:
+        _open_at_exit.discard(self)
+        driver = self.engine._driver
+        if driver is not None:
+            driver.stop_replicas()
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
 
     def __enter__(self) -> Omni:
         return self
@@ -287,6 +303,17 @@ class Omni:
 
     def _run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+_open_at_exit: weakref.WeakSet[Omni] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pipelines() -> None:
+    """Stop the replica threads of every Omni still open when the interpreter exits: a thread
+    left inside torch while the interpreter finalises aborts the process."""
+    for omni in list(_open_at_exit):
+        omni.close_at_exit()
 
 
 def _resolve_family(model: str | Path, family: str | ModelFamily | None) -> tuple[ModelFamily, Path | None]:

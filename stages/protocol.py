@@ -87,6 +87,8 @@ class StageError(msgspec.Struct, frozen=True, kw_only=True):
     type: Literal["invalid_request_error", "server_error", "timeout_error", "cancelled"] = "server_error"
     param: str | None = None
     code: str | None = None
+    retry_after_s: float | None = None
+    """When the request may be tried again (a refusal for load: `code="overloaded"`)."""
 
 
 class StageRequest(msgspec.Struct, kw_only=True):
@@ -108,6 +110,9 @@ class StageRequest(msgspec.Struct, kw_only=True):
     sampling: SamplingParams | None = None
     params: dict[str, Any] = {}
     arrival_time: float = 0.0
+    group_sampling: dict[str, SamplingParams] = {}
+    """For the entry stage of a stage group (seq 0): the request's sampling of the group's other
+    stages, by stage name (the group's host hands them their inputs itself)."""
 
 
 class StageOutput(msgspec.Struct, kw_only=True):
@@ -188,6 +193,10 @@ class ReplicaSpec(msgspec.Struct, kw_only=True):
     stage_deploy: dict[str, Any]
     """The StageDeployConfig as builtins."""
     device: str = "cpu"
+    group: str = ""
+    """A stage group's name: the host runs every stage of `members` in one process (`stage` is its entry)."""
+    members: dict[str, dict[str, Any]] = {}
+    """A group's stages in order, by name: each one's StageDeployConfig as builtins."""
 
 
 class ReplicaStatus(msgspec.Struct, kw_only=True):
@@ -206,6 +215,11 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     queue_depth: int = 0
     running: int = 0
     error: str | None = None
+    permanent: bool = False
+    """The error is deterministic (a configuration the engine cannot load): retrying cannot help."""
     ts: float = 0.0
     transfers: dict[str, dict[str, float]] = {}
     """Connector totals since the host started: `<connector>.<direction>` -> count, bytes, seconds."""
+    dropped_inputs: int = 0
+    """Inputs dropped unprocessed since the host started: of requests that had ended (aborted,
+    failed, finished) or that it had already taken (redeliveries)."""

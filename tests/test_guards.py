@@ -26,6 +26,37 @@ def test_layering_contracts_hold():
     assert summary and int(summary.group(1)) >= 4 and summary.group(2) == "0", result.stdout
 
 
+# What the control plane and the console may use of the engine library: configuration, the wire
+# protocol, the streams' names and the in-process orchestrator core. A new entry is a decision.
+CONTROL_PLANE_USES_OF_STAGES = {
+    "stages.config",
+    "stages.errors",
+    "stages.groups",
+    "stages.heartbeat",
+    "stages.orchestrator",
+    "stages.protocol",
+    "stages.resampling",
+    "stages.streams",
+}
+
+
+def test_the_control_plane_uses_only_the_allowed_parts_of_stages():
+    import grimp
+
+    graph = grimp.build_graph("control_plane", "console", "stages", cache_dir=None)
+    used = {
+        imported
+        for module in graph.modules
+        if module.split(".")[0] in ("control_plane", "console")
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.split(".")[0] == "stages"
+    }
+    allowed = {
+        name for name in used if any(name == a or name.startswith(a + ".") for a in CONTROL_PLANE_USES_OF_STAGES)
+    }
+    assert used == allowed, f"not in CONTROL_PLANE_USES_OF_STAGES: {sorted(used - allowed)}"
+
+
 def test_stdlib_platform_and_uuid_import_from_the_repository_root():
     code = "import platform, uuid; print(platform.system(), uuid.uuid4().version)"
     result = run([sys.executable, "-c", code])

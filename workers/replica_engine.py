@@ -17,16 +17,19 @@ from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import get_family, load_stage_engine
 from stages.protocol import ReplicaSpec
+from workers.device_pinning import local_device
 
 
 def stage_deploy_of(spec: ReplicaSpec) -> StageDeployConfig:
-    """The stage's deploy config, placed on the device the spec assigns to this replica."""
+    """The stage's deploy config, placed on the device the spec assigns to this replica (by its
+    name in this process: a host pinned to `cuda:N` sees it as `cuda:0`)."""
     try:
         stage_deploy = msgspec.convert(spec.stage_deploy, StageDeployConfig)
     except msgspec.ValidationError as error:
         raise ConfigError("stage_deploy", str(error)) from None
-    if spec.device and spec.device != stage_deploy.device:
-        stage_deploy = msgspec.structs.replace(stage_deploy, device=spec.device)
+    device = local_device(spec.device or stage_deploy.device, os.environ)
+    if device != stage_deploy.device:
+        stage_deploy = msgspec.structs.replace(stage_deploy, device=device)
     stage_deploy.validate("stage_deploy")
     return stage_deploy
 

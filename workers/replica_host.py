@@ -2,6 +2,8 @@
 
     python -m workers.replica_host --spec-json '<ReplicaSpec JSON>' --redis-url URL [--parent-pid N]
 
+A spec naming a stage group's `members` starts a group host (`workers.group_host`) instead.
+
 Its loop reads the replica's input stream through the replica consumer group, hands
 requests, chunks and aborts to the engine, steps the engine while it has work, writes
 every StageOutput to the deployment's output stream, and acknowledges each input entry
@@ -14,6 +16,12 @@ that carried them is acknowledged; a segment written on another host is asked of
 writer (`workers.foreign_payloads`), and this host answers such `export` entries, and
 `release` entries for segments nobody will read. Transfer totals go out with the heartbeat.
 
+Dead work: before taking a read's inputs, and every ENDED_CHECK_S while requests run, the
+host asks which of their requests the orchestrator has ended (`streams.aborted_requests`):
+their queued inputs are dropped unprocessed and their engine state is freed at once, not
+when the abort entry queued behind them is reached. Dropped inputs (and redeliveries of
+inputs already taken) are counted in the heartbeat's `dropped_inputs` and logged once per read.
+
 Failure rules:
 - Bad input (InvalidRequest / StageFailure from add_request or add_chunk, an undecodable
   entry) fails that request only, with an error output; the host keeps serving.
@@ -21,7 +29,8 @@ Failure rules:
   only one request is running, fails that request only. Any other `step()` exception
   means the engine's state is unknown: every running request gets an error output, the
   host reports ERROR and exits 1, and the control plane restarts it (with backoff).
-- A load failure reports ERROR (the exception's last line) and exits 1.
+- A load failure reports ERROR (the exception's last line) and exits 1; a configuration error
+  (`PERMANENT_LOAD_ERRORS`) is reported `permanent`, and the control plane does not retry it.
 - Drain (entry or SIGTERM): new requests are refused with an error output (code
   "replica_draining") while chunks and aborts of running requests still apply; once no
   request runs, the host reports STOPPED and exits 0. After OMNISTAGE_DRAIN_TIMEOUT s
@@ -35,6 +44,7 @@ Exit codes: 0 drained (or another live host already serves this replica), 1 fail
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -52,8 +62,9 @@ import redis
 from stages import streams
 from stages.connectors import Connectors
 from stages.engine import StageEngine
-from stages.errors import StageFailure
+from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from workers.dropped_inputs import AbortedRequests, DroppedInputs
 from workers.foreign_payloads import ForeignPayloads
 from workers.log_stream import publish_logs
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
@@ -66,11 +77,15 @@ log = logging.getLogger("workers.replica_host")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+PERMANENT_LOAD_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, json.JSONDecodeError)
+"""Load failures that fail the same way on every attempt."""
 IDLE_WAIT_MS = 250
 """How long a read waits for input when the engine has nothing to do (bounds the reaction to a stop)."""
 MAX_CHUNK_WAIT_MS = 50
 """Longest wait for input while requests wait for chunks (the wait doubles from 1 ms while no output comes)."""
 REDIS_RETRY_S = 0.5
+ENDED_CHECK_S = 0.5
+"""How often the host asks whether requests it runs were ended by the orchestrator."""
 
 
 @dataclass
@@ -118,6 +133,9 @@ class ReplicaHost:
             fetch_foreign=ForeignPayloads(client).fetch,
         )
         self.routes = PayloadRoutes(client, spec, host)
+        self.aborted = AbortedRequests(client)
+        self.dropped = DroppedInputs(spec.replica_id)
+        self._last_ended_check = 0.0
         self.connector_preference = spec.stage_deploy.get("connector", "auto")
         self.reporter = StatusReporter(
             client,
@@ -125,6 +143,7 @@ class ReplicaHost:
             queue_depth=self.input.depth,
             running=lambda: len(self.running),
             transfers=self.connectors.stats,
+            dropped_inputs=lambda: self.dropped.total,
         )
         self.seen = SeenEntries()
         self.engine: StageEngine | None = None
@@ -160,7 +179,8 @@ class ReplicaHost:
             self.engine = self.build_engine(self.spec)
         except Exception as error:
             log.exception("replica %s: loading the engine failed", self.spec.replica_id)
-            self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}")
+            self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}",
+                                    permanent=isinstance(error, PERMANENT_LOAD_ERRORS))  # fmt: skip
             return EXIT_FAILED
         try:
             self.input.ensure_group()
@@ -194,6 +214,7 @@ class ReplicaHost:
                 entries = backlog or self.input.read(block_ms=self._wait_ms())
                 backlog = []
                 self._take(entries)
+                self._drop_ended_running()
                 if self.engine.has_unfinished():
                     self._step()
                 else:
@@ -214,9 +235,26 @@ class ReplicaHost:
         return min(MAX_CHUNK_WAIT_MS, 1 << min(self._idle_steps, 6))
 
     def _take(self, entries: list[InputEntry]) -> None:
+        requested = {entry.message.request_id for entry in entries if isinstance(entry.message, StageRequest)}
+        for request_id in self.aborted.among(sorted(requested)):
+            self._abort(request_id)  # its inputs below are then dropped as inputs of a closed request
         for entry in entries:
             self._apply(entry)
             self._unacked.append(entry)
+        self.dropped.log_batch()
+
+    def _drop_ended_running(self) -> None:
+        """Free the engine state of running requests the orchestrator ended (failed elsewhere,
+        cancelled, timed out) without waiting for their abort entries."""
+        now = time.monotonic()
+        if not self.running or now - self._last_ended_check < ENDED_CHECK_S:
+            return
+        self._last_ended_check = now
+        for request_id in self.aborted.among(sorted(self.running)):
+            log.info(
+                "replica %s: request %s was ended by the orchestrator; freeing it", self.spec.replica_id, request_id
+            )
+            self._abort(request_id)
 
     def _apply(self, entry: InputEntry) -> None:
         message = entry.message
@@ -242,7 +280,7 @@ class ReplicaHost:
     def _take_request(self, request: StageRequest) -> None:
         request_id = request.request_id
         if not self.seen.first_time(request_id, request.seq):
-            log.info("replica %s: ignoring a redelivered input %s#%d", self.spec.replica_id, request_id, request.seq)
+            self.dropped.add(request_id)  # a redelivery, or an input of a request that ended
             return
         try:
             request = self.connectors.load_request(request)
@@ -285,10 +323,14 @@ class ReplicaHost:
             running = self.running.get(output.request_id)
             if running is not None:
                 running.next_seq = max(running.next_seq, output.seq + 1)
-                if output.finished:
+                if self._ended(output):
                     del self.running[output.request_id]
         self._outbox += outputs
         self._idle_steps = 0 if outputs else self._idle_steps + 1
+
+    def _ended(self, output: StageOutput) -> bool:
+        """Whether the request is done on this host once `output` is out."""
+        return output.finished
 
     def _step_failed(self, exception: Exception) -> None:
         culprit = getattr(exception, "request_id", None)
@@ -430,7 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     client = redis.Redis.from_url(args.redis_url, socket_timeout=10, socket_connect_timeout=5)
     publish_logs(client, spec.replica_id)  # the console's logs tail
-    host = ReplicaHost(spec, client, parent_pid=args.parent_pid, drains_after_ms=args.drains_after_ms)
+    host_class = ReplicaHost
+    if spec.members:
+        from workers.group_host import GroupHost  # a stage group: several stages in this process
+
+        host_class = GroupHost
+    host = host_class(spec, client, parent_pid=args.parent_pid, drains_after_ms=args.drains_after_ms)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: host.stop_requested.set())
     code = host.run()

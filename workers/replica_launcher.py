@@ -3,13 +3,15 @@
 The host is a fresh interpreter (`python -m workers.replica_host`), never a fork of the
 Celery child: CUDA does not survive fork, and the engine must outlive any one task. It
 runs in its own session, so signals aimed at the worker's process group do not hit it;
-it watches the worker's main pid and exits with it instead.
+it watches the worker's main pid and exits with it instead. A replica placed on `cuda:N` sees
+only that GPU (workers/device_pinning.py).
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import msgspec
 import redis
 
 from stages.protocol import ReplicaSpec
+from workers.device_pinning import pinned_environment
 from workers.processes import HOST_MODULE, replica_host_pids
 from workers.replica_status import read_status, serving_host
 
@@ -56,6 +59,7 @@ def launch_replica_host(spec: ReplicaSpec, redis_url: str, client: redis.Redis, 
         process = subprocess.Popen(
             host_argv(spec, redis_url, parent_pid, drains_after_ms=seconds * 1000 + micros // 1000),
             cwd=IMPORT_ROOT,
+            env={**os.environ, **pinned_environment(spec.device, os.environ)},
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -71,6 +71,7 @@ class StatusReporter:
         queue_depth: Callable[[], int] = lambda: 0,
         running: Callable[[], int] = lambda: 0,
         transfers: Callable[[], dict] = dict,
+        dropped_inputs: Callable[[], int] = lambda: 0,
         interval_s: float | None = None,
         ttl_s: float | None = None,
     ):
@@ -79,6 +80,7 @@ class StatusReporter:
         self.queue_depth = queue_depth
         self.running = running
         self.transfers = transfers
+        self.dropped_inputs = dropped_inputs
         self.index = streams.deployment_replicas(spec.deployment_id)
         self.ttl_s = ttl_s if ttl_s is not None else heartbeat_ttl_s()
         self.status = ReplicaStatus(
@@ -113,7 +115,9 @@ class StatusReporter:
         self._beating = True
         self._listed(True)
 
-    def set_state(self, state: ReplicaState, *, progress: float | None = None, error: str | None = None) -> None:
+    def set_state(
+        self, state: ReplicaState, *, progress: float | None = None, error: str | None = None, permanent: bool = False
+    ) -> None:
         with self._lock:
             changed = state != self.status.state
             self.status.state = state
@@ -121,6 +125,7 @@ class StatusReporter:
                 self.status.progress = progress
             if error is not None:
                 self.status.error = error
+                self.status.permanent = permanent
         log.info("replica %s: %s%s", self.status.replica_id, state, f" ({error})" if error else "")
         self._beat_now()
         if changed:
@@ -173,5 +178,6 @@ class StatusReporter:
             self.status.queue_depth = depth
             self.status.running = self.running()
             self.status.transfers = self.transfers()
+            self.status.dropped_inputs = self.dropped_inputs()
             self.status.ts = time.time()
             return msgspec.to_builtins(self.status)

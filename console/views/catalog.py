@@ -1,27 +1,27 @@
+from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect
 
 from console.access import manages_deployments, signed_in
+from console.catalog import MODALITIES, CatalogQuery, catalog_families
 from console.deploy_form import DeployForm, checkpoint_choices
 from console.graph import stage_graph
 from console.pages import render_page
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 from control_plane.deployments.apis import resolve_model_dir
 from control_plane.deployments.models import Pipeline
-from control_plane.deployments.queries import pipeline_list
 from control_plane.deployments.services import DeploymentInvalid, deployment_create, pipeline_config_of
 
 
 @signed_in
 def catalog(request):
-    families: dict[str, list] = {}
-    for pipeline in pipeline_list():
-        config = pipeline_config_of(pipeline)
-        families.setdefault(pipeline.family, []).append(
-            {"pipeline": pipeline, "config": config, "graph": stage_graph(config)}
-        )
-    return render_page(request, "console/catalog.html", {"families": families}, active="catalog")
+    query = CatalogQuery.from_params(request.GET)
+    context = {"families": catalog_families(query), "query": query, "modalities": MODALITIES}
+    return render_page(request, "console/catalog.html", context, active="catalog")
 
 
 @manages_deployments
+@transaction.atomic
 def deploy(request, pipeline: str):
     pipeline = get_object_or_404(Pipeline, name=pipeline)
     config = pipeline_config_of(pipeline)
@@ -38,6 +38,7 @@ def deploy(request, pipeline: str):
         except DeploymentInvalid as error:
             form.add_service_error(error)
         else:
+            audit_record(request, Action.DEPLOYMENT_CREATE, deployment, {"deploy_config": deployment.deploy_config})
             return redirect("console:deployment", name=deployment.name)
     context = {"pipeline": pipeline, "config": config, "graph": stage_graph(config), "form": form}
     context["checkpoints"] = checkpoint_choices()

@@ -1,11 +1,16 @@
 from django.contrib import messages
+from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from console.access import can_manage_deployments, manages_deployments, signed_in
+from console.deployment_rows import deployment_row
 from console.graph import stage_graph
 from console.pages import render_page
 from console.replica_logs import replica_log_tails
+from console.scaling import scaling_notices, scaling_requested
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 from control_plane.deployments.queries import deployment_list
 from control_plane.deployments.services import (
     DeploymentInvalid,
@@ -19,6 +24,10 @@ from control_plane.deployments.services import (
 
 def _deployment(name: str):
     return get_object_or_404(deployment_list(), name=name)
+
+
+def _rows() -> list[dict]:
+    return [deployment_row(deployment) for deployment in deployment_list().order_by("name")]
 
 
 def _context(request, deployment) -> dict:
@@ -38,12 +47,27 @@ def _context(request, deployment) -> dict:
         "stages": stages,
         "logs": replica_log_tails(replica for stage in stages for replica in stage["replicas"]),
         "can_manage": can_manage_deployments(request.user),
+        "scaling": scaling_notices(request.session, deployment),
     }
 
 
 @signed_in
+def deployments(request):
+    context = {"rows": _rows()}
+    return render_page(request, "console/deployments.html", context, active="deployments")
+
+
+@signed_in
+def deployments_panel(request):
+    """The live part of the deployments list, polled by htmx."""
+    context = {"rows": _rows(), "can_deploy": can_manage_deployments(request.user)}
+    return render(request, "console/partials/deployments_table.html", context)
+
+
+@signed_in
 def deployment_detail(request, name: str):
-    return render_page(request, "console/deployment.html", _context(request, _deployment(name)), active="dashboard")
+    context = _context(request, _deployment(name))
+    return render_page(request, "console/deployment.html", context, active="deployments")
 
 
 @signed_in
@@ -53,6 +77,7 @@ def deployment_panel(request, name: str):
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_scale_view(request, name: str):
     deployment = _deployment(name)
     stage = request.POST.get("stage", "")
@@ -65,30 +90,36 @@ def deployment_scale_view(request, name: str):
         deployment_scale(deployment=deployment, stage=stage, replicas=replicas)
     except DeploymentInvalid as error:
         messages.error(request, f"{error.field.rpartition('.')[2].capitalize()}: {error.message}")
-    else:
-        messages.success(request, f"Scaling {stage} to {replicas} replica(s).")
+    else:  # the panel shows the scale under way until it has landed
+        audit_record(request, Action.DEPLOYMENT_SCALE, deployment, {"stage": stage, "replicas": replicas})
+        scaling_requested(request.session, deployment.name, stage, replicas)
     return redirect("console:deployment", name=name)
 
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_stop_view(request, name: str):
-    deployment_stop(deployment=_deployment(name))
+    audit_record(request, Action.DEPLOYMENT_STOP, deployment_stop(deployment=_deployment(name)))
     messages.success(request, f"Stopping {name}.")
     return redirect("console:deployment", name=name)
 
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_start_view(request, name: str):
-    deployment_start(deployment=_deployment(name))
+    audit_record(request, Action.DEPLOYMENT_START, deployment_start(deployment=_deployment(name)))
     messages.success(request, f"Starting {name}.")
     return redirect("console:deployment", name=name)
 
 
 @require_POST
 @manages_deployments
+@transaction.atomic
 def deployment_delete_view(request, name: str):
-    deployment_delete(deployment=_deployment(name))
+    deployment = _deployment(name)
+    audit_record(request, Action.DEPLOYMENT_DELETE, deployment)  # while it still has its id
+    deployment_delete(deployment=deployment)
     messages.success(request, f"Deleted {name}.")
     return redirect("console:dashboard")

@@ -1,8 +1,11 @@
+from urllib.parse import urlencode
+
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404
 from django.shortcuts import get_object_or_404
 
 from console.access import signed_in, user_is_admin
-from console.history import ROUTE_CHOICES, STATUSES, history_get, history_search, input_text
+from console.history import ROUTE_CHOICES, STATUSES, HistoryFilters, history_get, history_search, input_text
 from console.pages import render_page
 
 PAGE_SIZE = 50
@@ -10,19 +13,28 @@ PAGE_SIZE = 50
 
 @signed_in
 def history(request):
-    filters = {
-        "text": request.GET.get("q", "").strip(),
-        "status": request.GET.get("status", ""),
-        "route": request.GET.get("route", ""),
-        "deployment": request.GET.get("deployment", "").strip(),
-        "username": request.GET.get("user", "").strip(),
-    }
-    rows = list(history_search(request.user, **filters)[:PAGE_SIZE])
-    for row in rows:
+    filters = HistoryFilters.from_params(request.GET)
+    page = Paginator(history_search(request.user, filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    for row in page.object_list:
         row.input_text = input_text(row)
-    context = {"rows": rows, "filters": filters, "statuses": STATUSES, "routes": ROUTE_CHOICES}
+    context = {"rows": page.object_list, "page": page, "filters": filters, "statuses": STATUSES,
+               "routes": ROUTE_CHOICES, "page_links": _page_links(page, filters)}  # fmt: skip
     context["show_users"] = user_is_admin(request.user)
     return render_page(request, "console/history.html", context, active="history")
+
+
+def _page_links(page, filters: HistoryFilters) -> dict[str, str]:
+    """Query strings of the neighbouring pages, with the filters kept."""
+
+    def link(number: int) -> str:
+        return "?" + urlencode({**filters.query_string(), "page": number})
+
+    links = {}
+    if page.has_previous():
+        links["first"], links["previous"] = link(1), link(page.previous_page_number())
+    if page.has_next():
+        links["next"], links["last"] = link(page.next_page_number()), link(page.paginator.num_pages)
+    return links
 
 
 @signed_in

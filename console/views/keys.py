@@ -2,16 +2,21 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from console.access import signed_in, user_is_admin
+from console.key_form import KeyForm
 from console.pages import render_page
 from control_plane.accounts.models import ApiKey
 from control_plane.accounts.queries import api_key_get, api_key_list, quota_status, usage_records, usage_summary
-from control_plane.accounts.services import DEFAULT_SCOPES, api_key_create, api_key_revoke
+from control_plane.accounts.services import api_key_create, api_key_revoke
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
+from control_plane.deployments.queries import deployment_list
 
 USAGE_DAYS = 14
 
@@ -21,25 +26,28 @@ def _scope_choices(user) -> list:
 
 
 @signed_in
+@transaction.atomic
 def keys(request):
     errors: dict = {}
-    form = {"name": "", "scopes": list(DEFAULT_SCOPES)}
+    form = KeyForm.blank()
     created_secret = None
     if request.method == "POST":
-        form = {"name": request.POST.get("name", "").strip(), "scopes": request.POST.getlist("scopes")}
+        form = KeyForm.from_post(request.POST)
         try:
-            key, created_secret = api_key_create(user=request.user, name=form["name"], scopes=form["scopes"])
+            key, created_secret = api_key_create(user=request.user, **form.create_arguments())
         except ValidationError as error:
             errors = {field: " ".join(messages_) for field, messages_ in error.message_dict.items()}
         else:
+            audit_record(request, Action.API_KEY_CREATE, key)
             messages.success(request, f"Created key “{key.name}”. Copy the secret now: it is not shown again.")
-            form = {"name": "", "scopes": list(DEFAULT_SCOPES)}
+            form = KeyForm.blank()
     context = {
         "keys": api_key_list(user=request.user),
         "form": form,
         "errors": errors,
         "scope_choices": _scope_choices(request.user),
         "created_secret": created_secret,
+        "deployment_names": list(deployment_list().order_by("name").values_list("name", flat=True)),
     }
     response = render_page(request, "console/keys.html", context, active="keys", status=400 if errors else 200)
     response["Cache-Control"] = "no-store"  # the page may carry a secret
@@ -48,11 +56,12 @@ def keys(request):
 
 @require_POST
 @signed_in
+@transaction.atomic
 def key_revoke(request, key_id: int):
     key = api_key_get(user=request.user, key_id=key_id)
     if key is None:
         raise Http404("no such key")
-    api_key_revoke(key=key)
+    audit_record(request, Action.API_KEY_REVOKE, api_key_revoke(key=key))
     messages.success(request, f"Revoked key “{key.name}”.")
     return redirect("console:keys")
 

@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError
 from django.db.models import Q
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -17,6 +18,9 @@ from django.utils.html import format_html
 from control_plane.accounts.forms import ThrottledAdminAuthenticationForm
 from control_plane.accounts.models import ApiKey, Quota, UsageRecord
 from control_plane.accounts.services import DEFAULT_SCOPES, api_key_create, api_key_revoke, api_key_validate
+from control_plane.audit.admin_mixin import AuditedAdminMixin
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 
 User = get_user_model()
 
@@ -82,7 +86,7 @@ class ApiKeyAdminForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = ApiKeyAdminForm
     list_display = ["name", "prefix", "user", "scope_list", "status", "created_at", "expires_at", "last_used_at"]
     list_filter = [ApiKeyStatusFilter, "created_at", "expires_at"]
@@ -144,13 +148,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def revoke_keys(self, request, queryset) -> None:
         revoked = 0
         for key in queryset.filter(revoked_at__isnull=True):
-            api_key_revoke(key=key)
+            audit_record(request, Action.API_KEY_REVOKE, api_key_revoke(key=key))
             revoked += 1
         self.message_user(request, f"Revoked {revoked} API key(s).", messages.SUCCESS)
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["__str__", "user", "api_key", "metric", "window", "limit", "is_active"]
     list_editable = ["limit", "is_active"]
     list_filter = ["metric", "window", "is_active", ("user", admin.EmptyFieldListFilter)]
@@ -215,13 +219,23 @@ admin.site.unregister(User)
 
 
 @admin.register(User)
-class AccountUserAdmin(UserAdmin):
+class AccountUserAdmin(AuditedAdminMixin, UserAdmin):
     inlines = [QuotaInline, ApiKeyInline]
     readonly_fields = [*UserAdmin.readonly_fields, "usage_and_keys"]
     fieldsets = [*UserAdmin.fieldsets, ("Omnistage", {"fields": ["usage_and_keys"]})]
 
     def get_inline_instances(self, request, obj=None):
         return super().get_inline_instances(request, obj) if obj is not None else []  # the add form stays Django's
+
+    def add_view(self, request, form_url="", extra_context=None):
+        """Two admins adding the same username at once both pass the form's uniqueness check and
+        one insert fails: answer that one as the form does (the username is taken), not with a 500."""
+        try:
+            return super().add_view(request, form_url, extra_context)
+        except IntegrityError:
+            if request.method != "POST" or not User.objects.filter(username=request.POST.get("username")).exists():
+                raise
+            return super().add_view(request, form_url, extra_context)  # the form now sees the username taken
 
     @admin.display(description="usage and keys")
     def usage_and_keys(self, user) -> str:

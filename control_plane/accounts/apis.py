@@ -11,6 +11,7 @@ from datetime import UTC, datetime, time, timedelta
 import redis
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
@@ -41,6 +42,8 @@ from control_plane.accounts.queries import (
 )
 from control_plane.accounts.renderers import FirstRendererNegotiation, UsageCsvRenderer
 from control_plane.accounts.services import api_key_create, api_key_revoke
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 
 
 def _amount_field(name: str) -> serializers.Field:
@@ -91,12 +94,14 @@ class ApiKeyViewSet(viewsets.ViewSet):
         return Response(ApiKeyOutputSerializer(api_key_list(user=request.user), many=True).data)
 
     @extend_schema(request=CreateInputSerializer, responses={201: CreateOutputSerializer})
+    @transaction.atomic
     def create(self, request):
         data = _valid(self.CreateInputSerializer, request.data)
         try:
             key, secret = api_key_create(user=request.user, created_with=_api_key(request), **data)
         except DjangoValidationError as error:
             raise exceptions.ValidationError(serializers.as_serializer_error(error)) from None
+        audit_record(request, Action.API_KEY_CREATE, key)
         body = {**ApiKeyOutputSerializer(key).data, "key": secret}
         return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
 
@@ -106,8 +111,11 @@ class ApiKeyViewSet(viewsets.ViewSet):
 
     @extend_schema(parameters=[KEY_ID], request=None, responses=ApiKeyOutputSerializer)
     @action(detail=True, methods=["post"])
+    @transaction.atomic
     def revoke(self, request, pk=None):
-        return Response(ApiKeyOutputSerializer(api_key_revoke(key=_own_key(request, pk))).data)
+        key = api_key_revoke(key=_own_key(request, pk))
+        audit_record(request, Action.API_KEY_REVOKE, key)
+        return Response(ApiKeyOutputSerializer(key).data)
 
 
 class UsageApi(APIView):

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from control_plane.audit.admin_mixin import AuditedAdminMixin
 from control_plane.deployments.models import Deployment, Pipeline, Replica
 
 
@@ -13,12 +14,12 @@ class PipelineAdmin(admin.ModelAdmin):
 class ReplicaInline(admin.TabularInline):
     model = Replica
     extra = 0
-    fields = ["stage", "index", "pool", "device", "host", "state", "restarts", "last_error"]
+    fields = ["stage", "group", "members", "index", "pool", "device", "host", "state", "restarts", "last_error"]
     readonly_fields = fields
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
+class DeploymentAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "pipeline", "state", "desired_state", "state_changed_at", "created_by"]
     list_filter = ["state", "desired_state", "pipeline__family"]
     search_fields = ["name", "model_dir"]
@@ -27,6 +28,6 @@ class DeploymentAdmin(admin.ModelAdmin):
 
 @admin.register(Replica)
 class ReplicaAdmin(admin.ModelAdmin):
-    list_display = ["deployment", "stage", "index", "pool", "state", "restarts", "last_heartbeat"]
+    list_display = ["deployment", "stage", "group", "index", "pool", "state", "restarts", "last_heartbeat"]
     list_filter = ["state", "pool"]
     search_fields = ["deployment__name", "host", "last_error"]

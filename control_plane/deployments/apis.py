@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from django.conf import settings
+from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -12,7 +10,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from control_plane.audit.models import Action
+from control_plane.audit.services import audit_record
 from control_plane.deployments import queries
+from control_plane.deployments.model_paths import redact_paths, resolve_model_dir
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments, check_may_manage
 from control_plane.deployments.services import (
@@ -31,21 +32,33 @@ class PipelineOutput(serializers.ModelSerializer):
         fields = ["name", "family", "variant", "description", "config", "version"]
 
 
+class ReasonField(serializers.CharField):
+    """A state reason or loader error: in full for staff, with paths redacted for everyone else."""
+
+    def to_representation(self, value):
+        text = super().to_representation(value)
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        return text if user is not None and user.is_staff else redact_paths(text)
+
+
 class ReplicaOutput(serializers.Serializer):
     id = serializers.UUIDField()
     deployment = serializers.CharField(source="deployment.name")
     stage = serializers.CharField()
+    group = serializers.CharField()
+    members = serializers.ListField(child=serializers.CharField())
     index = serializers.IntegerField()
     pool = serializers.CharField()
     device = serializers.CharField()
     host = serializers.CharField()
     state = serializers.CharField()
-    state_reason = serializers.CharField()
+    state_reason = ReasonField()
     progress = serializers.FloatField()
     queue_depth = serializers.IntegerField()
     last_heartbeat = serializers.DateTimeField()
     restarts = serializers.IntegerField()
-    last_error = serializers.CharField()
+    last_error = ReasonField()
     transfers = serializers.JSONField(
         help_text="Connector totals its host reported (`shm.put`, `redis.get` …): count, bytes, seconds."
     )
@@ -59,7 +72,7 @@ class DeploymentOutput(serializers.Serializer):
     deploy_config = serializers.JSONField()
     desired_state = serializers.CharField()
     state = serializers.CharField()
-    state_reason = serializers.CharField()
+    state_reason = ReasonField()
     state_changed_at = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
     replicas = ReplicaOutput(many=True)
@@ -67,14 +80,6 @@ class DeploymentOutput(serializers.Serializer):
 
 def _invalid(error: DeploymentInvalid) -> ValidationError:
     return ValidationError({error.field: [error.message]})
-
-
-def resolve_model_dir(value: str) -> str:
-    """A bare name refers to a checkpoint under OMNISTAGE_MODELS_DIR."""
-    candidate = Path(settings.MODELS_DIR) / value
-    if "/" not in value and candidate.exists():
-        return str(candidate)
-    return value
 
 
 class PipelineListApi(APIView):
@@ -105,9 +110,10 @@ class DeploymentListApi(APIView):
 
     @extend_schema(responses=DeploymentOutput(many=True))
     def get(self, request):
-        return Response(DeploymentOutput(queries.deployment_list(), many=True).data)
+        return Response(DeploymentOutput(queries.deployment_list(), many=True, context={"request": request}).data)
 
     @extend_schema(request=DeploymentCreateInput, responses={201: DeploymentOutput})
+    @transaction.atomic
     def post(self, request):
         data = self.DeploymentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -126,7 +132,11 @@ class DeploymentListApi(APIView):
             )
         except DeploymentInvalid as error:
             raise _invalid(error) from None
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data, status=status.HTTP_201_CREATED)
+        audit_record(request, Action.DEPLOYMENT_CREATE, deployment, data.validated_data)
+        return Response(
+            DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data,
+            status=status.HTTP_201_CREATED,
+        )
 
 
 class DeploymentDetailApi(APIView):
@@ -137,11 +147,14 @@ class DeploymentDetailApi(APIView):
 
     @extend_schema(responses=DeploymentOutput)
     def get(self, request, name: str):
-        return Response(DeploymentOutput(_deployment(name)).data)
+        return Response(DeploymentOutput(_deployment(name), context={"request": request}).data)
 
     @extend_schema(responses={204: None})
+    @transaction.atomic
     def delete(self, request, name: str):
-        deployment_delete(deployment=_managed_deployment(request, name))
+        deployment = _managed_deployment(request, name)
+        audit_record(request, Action.DEPLOYMENT_DELETE, deployment)  # while it still has its id
+        deployment_delete(deployment=deployment)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -155,6 +168,7 @@ class DeploymentScaleApi(APIView):
         replicas = serializers.IntegerField()
 
     @extend_schema(request=DeploymentScaleInput, responses=DeploymentOutput)
+    @transaction.atomic
     def post(self, request, name: str):
         data = self.DeploymentScaleInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -162,7 +176,8 @@ class DeploymentScaleApi(APIView):
             deployment = deployment_scale(deployment=_managed_deployment(request, name), **data.validated_data)
         except DeploymentInvalid as error:
             raise _invalid(error) from None
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+        audit_record(request, Action.DEPLOYMENT_SCALE, deployment, data.validated_data)
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
 class DeploymentStopApi(APIView):
@@ -171,9 +186,11 @@ class DeploymentStopApi(APIView):
     permission_classes = [CanWriteDeployments]
 
     @extend_schema(request=None, responses=DeploymentOutput)
+    @transaction.atomic
     def post(self, request, name: str):
         deployment = deployment_stop(deployment=_managed_deployment(request, name))
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+        audit_record(request, Action.DEPLOYMENT_STOP, deployment)
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
 class DeploymentStartApi(APIView):
@@ -182,9 +199,11 @@ class DeploymentStartApi(APIView):
     permission_classes = [CanWriteDeployments]
 
     @extend_schema(request=None, responses=DeploymentOutput)
+    @transaction.atomic
     def post(self, request, name: str):
         deployment = deployment_start(deployment=_managed_deployment(request, name))
-        return Response(DeploymentOutput(queries.deployment_get(deployment.name)).data)
+        audit_record(request, Action.DEPLOYMENT_START, deployment)
+        return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 
 
 class ReplicaListApi(APIView):
@@ -193,7 +212,7 @@ class ReplicaListApi(APIView):
     @extend_schema(responses=ReplicaOutput(many=True))
     def get(self, request):
         replicas = queries.replica_list(deployment=request.query_params.get("deployment"))
-        return Response(ReplicaOutput(replicas, many=True).data)
+        return Response(ReplicaOutput(replicas, many=True, context={"request": request}).data)
 
 
 def _deployment(name: str) -> Deployment:

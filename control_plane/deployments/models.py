@@ -64,12 +64,15 @@ class Deployment(models.Model):
 
 
 class Replica(models.Model):
-    """One copy of one stage of a deployment, hosted by a worker of the stage's pool."""
+    """One copy of one stage of a deployment, hosted by a worker of the stage's pool. A replica of
+    a stage group hosts every stage of the group in one process: `stage` is the group's entry."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="replicas")
     stage = models.CharField(max_length=64)
     stage_id = models.PositiveIntegerField()
+    group = models.CharField(max_length=64, blank=True, help_text="The stage group this replica hosts, if any.")
+    members = models.JSONField(default=list, blank=True, help_text="The stages of its group, entry first.")
     index = models.PositiveIntegerField(default=0)
     pool = models.CharField(max_length=64)
     device = models.CharField(max_length=32, default="cpu")
@@ -92,4 +95,9 @@ class Replica(models.Model):
         constraints = [models.UniqueConstraint(fields=["deployment", "stage", "index"], name="unique_replica_slot")]
 
     def __str__(self) -> str:
-        return f"{self.deployment.name}/{self.stage}#{self.index}"
+        return f"{self.deployment.name}/{self.label}#{self.index}"
+
+    @property
+    def label(self) -> str:
+        """What it hosts: its stage, or its group and the group's stages."""
+        return f"{self.group} ({'+'.join(self.members)})" if self.group else self.stage

@@ -16,54 +16,28 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import msgspec
 from django.conf import settings
 from django.utils import timezone
 
-from control_plane.celery import app as celery_app
 from control_plane.deployments.heartbeats import live_pools, replica_statuses
 from control_plane.deployments.models import Deployment, DeploymentState, Replica
+from control_plane.deployments.replica_tasks import start_replica, stop_replica
 from control_plane.deployments.services import pipeline_config_of
 from control_plane.deployments.transitions import transition
 from stages.config import load_deploy_config
-from stages.protocol import ReplicaSpec, ReplicaStatus
+from stages.protocol import ReplicaStatus
 
 log = logging.getLogger(__name__)
 S = DeploymentState
 ACTIVE = (S.LOADING, S.WARMING, S.RUNNING)
 RESEND_START_AFTER = timedelta(seconds=30)
+NEVER = timedelta(days=365 * 100)
+NOT_RETRIED = "not retried: the configuration cannot load (fix it, then stop and start the deployment)"
 
 
 def backoff_s(restarts: int) -> float:
     """10 s, 20 s, 40 s … capped at 5 min (settings)."""
     return min(settings.REPLICA_BACKOFF_BASE_S * 2 ** max(restarts - 1, 0), settings.REPLICA_BACKOFF_MAX_S)
-
-
-def replica_spec(replica: Replica) -> ReplicaSpec:
-    deployment = replica.deployment
-    pipeline = pipeline_config_of(deployment.pipeline)
-    deploy = load_deploy_config(deployment.deploy_config)
-    stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
-    return ReplicaSpec(
-        replica_id=str(replica.id),
-        deployment_id=str(deployment.id),
-        family=deployment.pipeline.family,
-        pipeline=deployment.pipeline.config,
-        stage=replica.stage,
-        stage_id=replica.stage_id,
-        model_dir=deployment.model_dir,
-        stage_deploy=msgspec.to_builtins(stage_deploy),
-        device=replica.device,
-    )
-
-
-def start_replica(replica: Replica) -> None:
-    spec = msgspec.to_builtins(replica_spec(replica))
-    celery_app.send_task("workers.start_replica", args=[spec], queue=replica.pool)
-
-
-def stop_replica(replica: Replica) -> None:
-    celery_app.send_task("workers.stop_replica", args=[str(replica.id)], queue=replica.pool)
 
 
 @dataclass
@@ -128,7 +102,7 @@ def _reconcile_replica(deployment, replica: Replica, status: ReplicaStatus | Non
             start_replica(replica)
         return
     if status is not None and status.state == "ERROR":
-        _fail(replica, status.error or "the replica host reported an error", now)
+        _fail(replica, status.error or "the replica host reported an error", now, permanent=status.permanent)
         return
     if state == S.SCHEDULED:
         _observe_scheduled(replica, status, now, pools)
@@ -173,9 +147,13 @@ def _observed(status: ReplicaStatus, now) -> dict:
     }
 
 
-def _fail(replica: Replica, error: str, now) -> None:
+def _fail(replica: Replica, error: str, now, permanent: bool = False) -> None:
     restarts = replica.restarts + 1
     delay = backoff_s(restarts)
+    if permanent:  # restarted only when the deployment is stopped and started again
+        reason, next_start_at = NOT_RETRIED, now + NEVER
+    else:
+        reason, next_start_at = f"restarting in {delay:.0f} s", now + timedelta(seconds=delay)
     moved = transition(
         Replica,
         replica.pk,
@@ -184,11 +162,11 @@ def _fail(replica: Replica, error: str, now) -> None:
         at=now,
         restarts=restarts,
         last_error=error[:4000],
-        state_reason=f"restarting in {delay:.0f} s",
-        next_start_at=now + timedelta(seconds=delay),
+        state_reason=reason,
+        next_start_at=next_start_at,
     )
     if moved:
-        log.warning("replica %s failed (%s); restart %d in %.0f s", replica, error, restarts, delay)
+        log.warning("replica %s failed (%s); %s", replica, error, reason)
         stop_replica(replica)
 
 
@@ -216,7 +194,10 @@ def _update_deployment_state(deployment: Deployment, now: datetime) -> bool:
     """Derive the deployment's state from its replicas; True when it needs a warm-up request."""
     pipeline = pipeline_config_of(deployment.pipeline)
     replicas = list(deployment.replicas.exclude(state__in=[S.DRAINING, S.STOPPED]))
-    by_stage = {stage.name: [r for r in replicas if r.stage == stage.name] for stage in pipeline.stages}
+    by_stage = {
+        stage.name: [r for r in replicas if r.stage == stage.name or stage.name in r.members]
+        for stage in pipeline.stages
+    }
     serving = {S.WARMING, S.RUNNING}
     every_stage_ready = all(any(r.state in serving for r in group) for group in by_stage.values())
     current = deployment.state
@@ -235,14 +216,26 @@ def _update_deployment_state(deployment: Deployment, now: datetime) -> bool:
     errors = [r for r in replicas if r.state == S.ERROR]
     if any(r.state == S.LOADING for r in replicas):
         target, reason = S.LOADING, "loading models"
-    elif errors and current in (S.RUNNING, S.WARMING, S.LOADING, S.ERROR):
-        target, reason = S.ERROR, f"{errors[0].stage} replica failed: {errors[0].last_error}"[:2000]
+    elif errors:
+        target, reason = S.ERROR, _failure_reason(errors[0])[:2000]
     else:
         reasons = sorted({r.state_reason for r in replicas if r.state_reason})
         target, reason = S.SCHEDULED, "; ".join(reasons)
     if current != target or deployment.state_reason != reason:
         transition(Deployment, deployment.pk, [current], target, at=now, state_reason=reason)
     return False
+
+
+def _failure_reason(replica: Replica) -> str:
+    """ "failed, retrying in N s (attempt K)" while the backoff runs; "not retried" for a permanent error."""
+    if replica.state_reason == NOT_RETRIED:
+        return f"{replica.stage} replica failed, {NOT_RETRIED}: {replica.last_error}"
+    start = replica.next_start_at
+    wait = (start - replica.state_changed_at).total_seconds() if start and replica.state_changed_at else 0.0
+    return (  # the backoff as decided when it failed: a reason that does not change every tick
+        f"{replica.stage} replica failed, retrying in {max(wait, 0):.0f} s (attempt {replica.restarts + 1}): "
+        f"{replica.last_error}"
+    )
 
 
 def warmup_succeeded(deployment_id) -> None:

@@ -6,11 +6,14 @@ import msgspec
 from django.conf import settings
 from django.db import transaction
 
+from control_plane.deployments.checkpoint_check import CheckpointInvalid, checkpoint_check
 from control_plane.deployments.heartbeats import live_devices
 from control_plane.deployments.models import Deployment, DeploymentState, Pipeline, Replica
+from control_plane.deployments.replica_tasks import stop_replica
 from control_plane.deployments.transitions import transition_from_current
 from stages.config import DeployConfig, PipelineConfig, StageDeployConfig, load_deploy_config, load_pipeline_config
 from stages.errors import ConfigError
+from stages.groups import StageGroups
 
 
 class DeploymentInvalid(Exception):
@@ -54,6 +57,10 @@ def deployment_create(*, name: str, pipeline: Pipeline, model_dir: str, deploy_c
     if Deployment.objects.filter(name=name).exists():
         raise DeploymentInvalid("name", f"a deployment named {name!r} exists")
     deploy = validate_deploy_config(pipeline, deploy_config)
+    try:
+        checkpoint_check(pipeline.family, model_dir)
+    except CheckpointInvalid as invalid:
+        raise DeploymentInvalid("model_dir", invalid.message) from None
     deployment = Deployment.objects.create(
         name=name,
         pipeline=pipeline,
@@ -61,19 +68,33 @@ def deployment_create(*, name: str, pipeline: Pipeline, model_dir: str, deploy_c
         deploy_config=_builtins(deploy),
         created_by=user,
     )
-    for stage in pipeline_config_of(pipeline).stages:
-        _ensure_replicas(deployment, stage.name, stage.id, deploy.for_stage(stage))
+    config = pipeline_config_of(pipeline)
+    for stage in config.stages:
+        if hosted_by(config, deploy, stage.name) == stage.name:
+            _ensure_replicas(deployment, config, deploy, stage.name)
     return deployment
 
 
-def _ensure_replicas(deployment: Deployment, stage: str, stage_id: int, stage_deploy: StageDeployConfig) -> None:
+def hosted_by(pipeline: PipelineConfig, deploy: DeployConfig, stage: str) -> str:
+    """The stage whose replica rows host `stage`: itself, or its group's entry (one row per group replica)."""
+    group = StageGroups(pipeline, deploy).of(pipeline.stage_named(stage).id)
+    return pipeline.stage(group.entry).name if group is not None else stage
+
+
+def _ensure_replicas(deployment: Deployment, pipeline: PipelineConfig, deploy: DeployConfig, stage: str) -> None:
+    stage_config = pipeline.stage_named(stage)
+    stage_deploy: StageDeployConfig = deploy.for_stage(stage_config)
+    group = StageGroups(pipeline, deploy).of(stage_config.id)
+    members = [pipeline.stage(member).name for member in group.members] if group is not None else []
     existing = set(deployment.replicas.filter(stage=stage).values_list("index", flat=True))
     for index in range(stage_deploy.replicas):
         if index not in existing:
             Replica.objects.create(
                 deployment=deployment,
                 stage=stage,
-                stage_id=stage_id,
+                stage_id=stage_config.id,
+                group=group.name if group is not None else "",
+                members=members,
                 index=index,
                 pool=stage_deploy.pool,
                 device=stage_deploy.device,
@@ -91,12 +112,16 @@ def deployment_scale(*, deployment: Deployment, stage: str, replicas: int) -> De
         raise DeploymentInvalid("replicas", "must be at least 1 (stop the deployment to remove every replica)")
     data = dict(deployment.deploy_config)
     stages = dict(data.get("stages", {}))
-    stages[stage] = {**stages.get(stage, {}), "replicas": replicas}
+    current = load_deploy_config(data, config)
+    group = StageGroups(config, current).of(stage_config.id)
+    for member in [config.stage(sid).name for sid in group.members] if group is not None else [stage]:
+        stages[member] = {**stages.get(member, {}), "replicas": replicas}  # a group scales as one
     data["stages"] = stages
     deploy = validate_deploy_config(deployment.pipeline, data)
     deployment.deploy_config = _builtins(deploy)
     deployment.save(update_fields=["deploy_config"])
-    _ensure_replicas(deployment, stage, stage_config.id, deploy.for_stage(stage_config))
+    stage = hosted_by(config, deploy, stage)
+    _ensure_replicas(deployment, config, deploy, stage)
     for surplus in deployment.replicas.filter(stage=stage, index__gte=replicas).values_list("pk", flat=True):
         transition_from_current(
             Replica,
@@ -121,8 +146,6 @@ def deployment_start(*, deployment: Deployment) -> Deployment:
 
 
 def deployment_delete(*, deployment: Deployment) -> None:
-    from control_plane.deployments.reconciler import stop_replica
-
     for replica in deployment.replicas.exclude(state=DeploymentState.STOPPED):
         stop_replica(replica)
     deployment.delete()

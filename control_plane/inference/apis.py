@@ -77,14 +77,40 @@ class RequestDetailOutput(RequestOutput):
     artifacts = ArtifactOutput(many=True)
 
 
+DEFAULT_PAGE, MAX_PAGE = 50, 500
+
+
+class RequestPage(serializers.Serializer):
+    """One page of the history (limit/offset pagination)."""
+
+    count = serializers.IntegerField(help_text="Rows matching the filters, over every page.")
+    next = serializers.URLField(allow_null=True, help_text="The next page's URL; null on the last page.")
+    previous = serializers.URLField(allow_null=True, help_text="The previous page's URL; null on the first page.")
+    results = RequestOutput(many=True)
+
+
 class RequestQuery(serializers.Serializer):
     deployment = serializers.CharField(required=False)
     status = serializers.ChoiceField(choices=Status.values, required=False)
     route = serializers.ChoiceField(choices=Route.values, required=False)
     modality = serializers.ChoiceField(choices=["text", "audio", "image", "video"], required=False)
-    user = serializers.IntegerField(required=False, help_text="Admin scope only.")
-    since = serializers.CharField(required=False, help_text="ISO date or datetime (inclusive).")
-    until = serializers.CharField(required=False, help_text="ISO date or datetime (exclusive).")
+    user = serializers.IntegerField(required=False, help_text="A user's id. Admin scope only.")
+    since = serializers.CharField(
+        required=False, help_text="ISO 8601 date (YYYY-MM-DD) or datetime, inclusive; UTC unless it has an offset."
+    )
+    until = serializers.CharField(
+        required=False, help_text="ISO 8601 date (YYYY-MM-DD) or datetime, exclusive; UTC unless it has an offset."
+    )
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE, help_text="Rows per page.")
+    offset = serializers.IntegerField(required=False, min_value=0, help_text="Rows to skip.")
+
+    def to_internal_value(self, data):
+        # DRF drops an empty optional query parameter (`?user=`) silently: a filter the client
+        # meant to set would be ignored, so it is refused instead
+        empty = {name: ["This parameter may not be empty."] for name in self.fields if data.get(name) == ""}
+        if empty:
+            raise serializers.ValidationError(empty)
+        return super().to_internal_value(data)
 
     def validate_since(self, value):
         return _moment(value)
@@ -122,18 +148,18 @@ def _visibility(request) -> dict:
 class RequestListApi(APIView):
     permission_classes = [require_scope(ApiKey.Scope.INFERENCE)]
 
-    @extend_schema(parameters=[RequestQuery], responses=RequestOutput(many=True))
+    @extend_schema(parameters=[RequestQuery], responses=RequestPage)
     def get(self, request):
         query = RequestQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         visibility = _visibility(request)
-        filters = dict(query.validated_data)
+        filters = {k: v for k, v in query.validated_data.items() if k not in ("limit", "offset")}
         if "user" in filters and not visibility["see_all"]:
             raise exceptions.PermissionDenied("Filtering by user needs the admin scope.")
         rows = queries.request_list(**visibility, **filters)
         paginator = LimitOffsetPagination()
-        paginator.default_limit = 50
-        paginator.max_limit = 500
+        paginator.default_limit = DEFAULT_PAGE
+        paginator.max_limit = MAX_PAGE
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response(RequestOutput(page, many=True, context={"request": request}).data)
 

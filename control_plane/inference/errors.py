@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 
 from django.http import HttpResponseBase, JsonResponse
 
@@ -77,8 +78,10 @@ class ApiError(Exception):
 
 def stage_error_to_api(error: StageError) -> ApiError:
     """How a failure reported by the serving path reaches the client."""
-    if error.code == "queue_full":
-        return ApiError(503, error.message, code="queue_full", type="server_overloaded", headers={"Retry-After": "1"})
+    if error.code in ("queue_full", "overloaded"):
+        retry_after = str(max(1, math.ceil(error.retry_after_s or 1)))
+        return ApiError(503, error.message, code=error.code, type="server_overloaded",
+                        headers={"Retry-After": retry_after})  # fmt: skip
     if error.code == "unknown_deployment":
         message = "The model is starting and cannot take requests yet; retry shortly."
         return ApiError(503, message, code="model_not_ready", headers={"Retry-After": "2"})

@@ -8,7 +8,8 @@ one transaction per batch (history_log.history_catch_up), then acknowledges and 
 notices. A writer that dies mid-batch leaves its notices pending in the group: any writer
 claims notices idle for `claim_idle_s` and applies them again (idempotently). Every
 `sweep_s` it also catches up whatever is still marked pending, so a request whose write
-failed (the database was down, a row could not be written) is retried until it lands.
+failed (the database was down, a row could not be written) is retried until it lands, and
+closes `running` rows whose serving process is gone (orphan_sweep.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import redis
 from django.db import close_old_connections
 
 from control_plane.inference.history_log import history_catch_up, pending_requests
+from control_plane.inference.orphan_sweep import close_orphans
 from control_plane.inference.redis_names import stream_name
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class HistoryWriter:
         pending = pending_requests(everyone=True)
         for start in range(0, len(pending), self.batch):
             history_catch_up(pending[start : start + self.batch])
+        close_orphans(self.client)
 
     def _ensure_group(self) -> None:
         if self.group_ready:

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from control_plane.deployments.metrics import ConnectorCollector
+from control_plane.inference.metrics_access import metrics_refusal
 from control_plane.inference.redis_names import pending_all
 from control_plane.redis_client import get_redis, shared_redis
 from stages import streams
@@ -135,7 +136,11 @@ def render() -> bytes:
 
 @require_GET
 def metrics_view(request):
-    """GET /metrics (Prometheus text format). 503 when Redis cannot be read."""
+    """GET /metrics (Prometheus text format) for a scraper's token or a staff session (metrics_access.py).
+    503 when Redis cannot be read."""
+    refusal = metrics_refusal(request)
+    if refusal is not None:
+        return refusal
     try:
         body = render()
     except redis.RedisError as error:

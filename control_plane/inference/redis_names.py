@@ -36,6 +36,11 @@ def sequence() -> str:
     return f"{prefix()}:seq"
 
 
+def serving_leases() -> str:
+    """Sorted set: request id of a running row -> when the process serving it last said so."""
+    return f"{prefix()}:serving"
+
+
 def history_writer_heartbeat(consumer: str) -> str:
     return f"{prefix()}:hb:{consumer}"
 

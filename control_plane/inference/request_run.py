@@ -37,6 +37,7 @@ from django.conf import settings
 from control_plane.accounts.quota import aquota_admit, aquota_refund, aquota_settle
 from control_plane.accounts.usage import usage_entry, usage_quota_amounts
 from control_plane.inference import audio_encoding
+from control_plane.inference.audio_limits import capped_later_sampling
 from control_plane.inference.errors import ApiError, as_api_error, stage_error_to_api
 from control_plane.inference.history_apply import moment
 from control_plane.inference.history_events import (
@@ -51,7 +52,9 @@ from control_plane.inference.history_events import (
 from control_plane.inference.history_log import history_append, history_catch_up
 from control_plane.inference.models import InferenceRequest, Route, Status
 from control_plane.inference.outcome import Delta, Outcome, Usage
+from control_plane.inference.prompt_bound import prompt_overflow
 from control_plane.inference.services import artifact_store
+from control_plane.inference.serving_leases import leases_for
 from control_plane.inference.targets import Caller, Served
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.serving import ServingUnavailable, serve
@@ -243,6 +246,7 @@ class RequestRun:
             modalities=modalities, status=status, lease_expires_at=lease_expires_at,
         )  # fmt: skip
         await self._append([self.opened])
+        await self._hold_lease()
         if durable:
             await orm_in_thread(history_catch_up)([self.request_id])
         await self.charge.admit(estimate or {})
@@ -269,21 +273,32 @@ class RequestRun:
     ) -> Deltas:
         """Submit to the served deployment and wait for the first message (see Deltas.first).
         A request of several submissions (n images) folds each into an outcome of its own."""
+        self._check_prompt_bound(request)
         client = loop_redis()
         outcome = Outcome()
         self.outcomes.append(outcome)  # before any await: submissions keep their order
         await self._started()
+        later_sampling = capped_later_sampling(self.served, request, later_sampling)
         messages = serve(str(self.served.deployment.id), request, later_sampling,
                          idle_timeout_s=idle_timeout or idle_timeout_s(), client=client)  # fmt: skip
         deltas = Deltas(messages, outcome, client)
         await deltas.first()
         return deltas
 
+    def _check_prompt_bound(self, request: StageRequest) -> None:
+        """A prompt longer than the entry stage's context surely is never sent to a replica."""
+        max_length = self.served.deploy.for_stage(self.served.pipeline.entry_stage).max_length
+        overflow = prompt_overflow(request, max_length, settings.PROMPT_MAX_CHARS_PER_TOKEN)
+        if overflow:
+            param = "messages" if request.messages else "prompt"
+            raise ApiError(400, f"Invalid '{param}': {overflow}.", param=param, code="context_length_exceeded")
+
     async def _started(self) -> None:
         if self.opened is not None and self.opened.started_at is None:
             self.opened.started_at = time.time()
             self.opened.attempts += 1
             self.opened.status = Status.RUNNING
+            await self._hold_lease()
             await self._append([RowStarted(row_id=self.opened.id, started_at=self.opened.started_at,
                                            attempts=self.opened.attempts)])  # fmt: skip
 
@@ -447,9 +462,21 @@ class RequestRun:
         user_id = getattr(self.caller.user, "pk", None) if self.caller.user is not None else None
         await history_append(loop_redis(), self.request_id, user_id, [event for event in events if event is not None])
 
+    async def _hold_lease(self) -> None:
+        """While the row is `running`, this process says it serves it (serving_leases.py)."""
+        if self.opened is not None and self.opened.status == Status.RUNNING:
+            try:
+                await leases_for(loop_redis()).hold(self.request_id)
+            except Exception:
+                log.exception("could not take the serving lease of request %s", self.request_id)
+
     async def _end(self, events: list[HistoryEvent | None]) -> None:
         self.ended = True
         try:
             await self._append(events)
         except Exception:
             log.exception("could not record the end of request %s", self.request_id)
+        try:
+            await leases_for(loop_redis()).release(self.request_id)
+        except Exception:  # the lease then ages out; the row is closed already
+            log.exception("could not release the serving lease of request %s", self.request_id)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from control_plane.accounts.permissions import check_access, deployment_allowed
+from control_plane.deployments.model_paths import redact_paths
 from control_plane.deployments.models import Deployment, DeploymentState
 from control_plane.deployments.served_cache import served_cache
 from control_plane.inference.errors import ApiError
@@ -86,7 +87,9 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
     """The RUNNING deployment named `model` that the caller may use.
 
     404 when it does not exist (or the key may not see it: a key's allow-list hides the
-    others), 503 with Retry-After when it exists but is not RUNNING. `check` runs before the
+    others) and when it is stopped on purpose (as OpenAI answers for a model that is not
+    available: clients do not retry), 503 with Retry-After when it exists but is not RUNNING
+    yet (loading, restarting, no replica). `check` runs before the
     state check, so an endpoint the pipeline can never serve answers 400 whatever its state.
     """
     found = await lookup_deployment(model)
@@ -105,12 +108,19 @@ async def served_deployment(caller: Caller, model: str, check: Callable[[Served]
     served = found.served
     if check is not None:
         check(served)
+    if deployment.desired_state == Deployment.Desired.STOPPED:
+        raise ApiError(
+            404,
+            f"The model '{model}' is stopped; an operator must start it before it serves requests.",
+            param="model",
+            code="model_not_found",
+        )
     if deployment.state != DeploymentState.RUNNING:
         retry = "10" if deployment.state in (DeploymentState.PENDING, DeploymentState.SCHEDULED) else "5"
         raise ApiError(
             503,
             f"The model '{model}' is not running (state {deployment.state}"
-            + (f": {deployment.state_reason}" if deployment.state_reason else "")
+            + (f": {redact_paths(deployment.state_reason)}" if deployment.state_reason else "")
             + "). Retry later.",
             param="model",
             code="model_not_ready",

@@ -13,6 +13,7 @@ from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http.multipartparser import MultiPartParserError
 
 from control_plane.inference.errors import ApiError
+from control_plane.system.json_bounds import HostileJson, check_json_values
 
 T = TypeVar("T")
 _AT = re.compile(r" - at `\$(.*)`$")
@@ -46,6 +47,8 @@ def read_json(request) -> dict[str, Any]:
         raise ApiError(413, "Request body exceeds this server's size limit.", code="request_too_large")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise ApiError(400, "The JSON body is nested too deeply.", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as error:
         message = (
             "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
@@ -54,7 +57,15 @@ def read_json(request) -> dict[str, Any]:
         raise ApiError(400, message, code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    checked(data)
     return data
+
+
+def checked(data: Any) -> None:
+    try:
+        check_json_values(data)
+    except HostileJson as error:
+        raise ApiError(400, error.message, param=error.param, code="invalid_value") from None
 
 
 def read_form(request) -> tuple[dict[str, list[str]], dict[str, list[Any]]]:
@@ -76,7 +87,7 @@ def convert(data: Any, kind: type[T], *, strict: bool = True) -> T:
     """msgspec conversion (strict for JSON; lax for form fields, which are all strings);
     a ValidationError becomes a 400 naming the field."""
     try:
-        return msgspec.convert(data, kind, strict=strict)
+        converted = msgspec.convert(data, kind, strict=strict)
     except msgspec.ValidationError as error:
         text = str(error)
         match = _AT.search(text)
@@ -90,6 +101,9 @@ def convert(data: Any, kind: type[T], *, strict: bool = True) -> T:
             ) from None
         where = f" for '{param}'" if param else ""
         raise ApiError(400, f"Invalid value{where}: {message}.", param=param, code="invalid_type") from None
+    if not strict:  # form fields were strings: their numbers are only known now
+        checked(msgspec.to_builtins(converted))
+    return converted
 
 
 def _param_of(path: str) -> str | None:

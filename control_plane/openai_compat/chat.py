@@ -4,7 +4,8 @@ OpenAI's standard shapes: `message.content` for text (a list of `image_url` part
 pipeline draws), `message.audio` {id, data, transcript, expires_at} in one choice,
 `delta.content` and `delta.audio` when streaming, `stream_options.include_usage`. Omni
 extras: `sampling_params_list` (one dict per stage), `additional_information` (merged into the
-request params every stage sees), `voice`/`speaker` (or `audio.voice`),
+request params every stage sees), `voice`/`speaker` (or `audio.voice`), `max_audio_seconds` (the
+audio cap of this request, stages/audio_cap.py),
 diffusion knobs (`size`, `num_inference_steps`, `guidance_scale`, `negative_prompt`, `seed`).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import msgspec
 
 from control_plane.inference import audio_encoding
+from control_plane.inference.audio_limits import max_audio_seconds
 from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
@@ -30,6 +32,7 @@ from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
+from control_plane.openai_compat.unsupported import refuse_unsupported
 from stages.protocol import StageRequest
 
 AUDIO_EXPIRY_S = 24 * 3600
@@ -63,6 +66,7 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     stop_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
     sampling_params_list: list[Any] | None = None
+    max_audio_seconds: float | None = None
     additional_information: dict[str, Any] | None = None
     voice: str | None = None
     speaker: str | None = None
@@ -139,6 +143,7 @@ async def chat_completions(request, run: RequestRun):
     raw = read_json(request)
     run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, ChatRequest)
+    refuse_unsupported(raw)
     check_common(body)
     served = await served_deployment(
         run.caller, body.model, check=lambda found: check_modalities(body.modalities, found.output_modalities)
@@ -164,6 +169,8 @@ async def chat_completions(request, run: RequestRun):
     for name in ("language", "instructions"):
         if getattr(body, name):
             params[name] = getattr(body, name)
+    if body.max_audio_seconds is not None:
+        params["max_audio_seconds"] = max_audio_seconds(body.max_audio_seconds, served.deploy)
     params["modalities"] = modalities
     parameters = {
         key: value

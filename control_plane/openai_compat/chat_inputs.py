@@ -3,8 +3,8 @@
 Content parts: `text`, `image_url` {url, detail}, `input_audio` {data, format},
 `video_url` {url}, `video` {video: url} (vLLM's form). Media come as data URLs (or base64 for
 `input_audio`) or as http(s) URLs, which are fetched here, bounded in size (`MAX_MEDIA_BYTES`),
-only when `settings.FETCH_MEDIA_URLS` is on (optionally limited to `MEDIA_URL_HOSTS`), and
-turned into data URLs, so the stages never reach the network. Images and audio are decoded once here, so a corrupt one is a 400 naming its part
+only when `settings.FETCH_MEDIA_URLS` is on (optionally limited to `MEDIA_URL_HOSTS`; never
+from private addresses: media_fetch.py), and turned into data URLs, so the stages never reach the network. Images and audio are decoded once here, so a corrupt one is a 400 naming its part
 instead of an engine error. Videos are only checked for type, base64 and size: decoding them
 needs PyAV and the thinker's sampling limits, so the thinker's host does it, and a bad video
 fails there with an invalid-request error naming the same part (a 400).
@@ -17,15 +17,17 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import logging
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from django.conf import settings
 
 from control_plane.inference.errors import ApiError
+from control_plane.openai_compat.media_fetch import FetchRefused, MediaTooLarge, fetch_media
 
+log = logging.getLogger(__name__)
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _DATA_URL = re.compile(
     r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w-]+=[^;,]*)*)(?P<b64>;base64)?,(?P<data>.*)$", re.S
@@ -38,6 +40,8 @@ def max_media_bytes() -> int:
 
 
 def fetch_allowed(url: str) -> bool:
+    """Whether this URL may be fetched at all; every hop's host and address are checked again
+    as it is fetched (media_fetch.py)."""
     if not getattr(settings, "FETCH_MEDIA_URLS", False):
         return False
     hosts = list(getattr(settings, "MEDIA_URL_HOSTS", []) or [])
@@ -162,24 +166,12 @@ async def _media_data_url(url: str, param: str, kind: str) -> str:
 async def _fetch(url: str, param: str) -> tuple[bytes, str]:
     limit = max_media_bytes()
     try:
-        async with httpx.AsyncClient(timeout=10.0, follow_redirects=True, max_redirects=3) as client:
-            async with client.stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise invalid(
-                        param, f"Fetching '{param}' failed with HTTP {response.status_code}.", "url_fetch_failed"
-                    )
-                chunks, size = [], 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > limit:
-                        raise ApiError(
-                            413, f"'{param}' is larger than {limit} bytes.", param=param, code="media_too_large"
-                        )
-                    chunks.append(chunk)
-                mime = response.headers.get("content-type", "").split(";")[0].strip()
-                return b"".join(chunks), mime
-    except httpx.HTTPError as error:
-        raise invalid(param, f"Could not fetch '{param}': {error}", "url_fetch_failed") from None
+        return await fetch_media(url, limit)
+    except MediaTooLarge:
+        raise ApiError(413, f"'{param}' is larger than {limit} bytes.", param=param, code="media_too_large") from None
+    except FetchRefused as why:
+        log.info("media URL of %s not fetched: %s", param, why)
+        raise invalid(param, f"Could not fetch '{param}'.", "url_fetch_failed") from None
 
 
 def _b64(value: str, param: str) -> bytes:
@@ -201,8 +193,9 @@ def decode_image_bytes(raw: bytes, param: str):
         image.load()
     except Image.DecompressionBombError as error:
         raise ApiError(413, f"'{param}' has too many pixels: {error}", param=param, code="media_too_large") from None
-    except (UnidentifiedImageError, OSError, ValueError) as error:
-        raise invalid(param, f"'{param}' could not be decoded as an image: {error}", "invalid_image") from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        # PIL's text names its in-memory file object (`<_io.BytesIO object at 0x...>`): not for clients
+        raise invalid(param, f"'{param}' could not be decoded as an image.", "invalid_image") from None
     return image
 
 
@@ -219,8 +212,8 @@ def _check_audio(raw: bytes, fmt: str, param: str) -> None:
 
     try:
         soundfile.info(io.BytesIO(raw))
-    except Exception as error:  # libsndfile raises its own error types
-        raise invalid(param, f"'{param}' could not be decoded as {fmt} audio: {error}", "invalid_audio") from None
+    except Exception:  # libsndfile raises its own error types, whose text names the in-memory file
+        raise invalid(param, f"'{param}' could not be decoded as {fmt} audio.", "invalid_audio") from None
 
 
 def summarize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

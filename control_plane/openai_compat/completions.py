@@ -20,6 +20,7 @@ from control_plane.openai_compat.chat import StreamOptions
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import DONE, event, sse_response
+from control_plane.openai_compat.unsupported import refuse_unsupported
 from stages.protocol import StageRequest
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
@@ -68,6 +69,7 @@ async def completions(request, run: RequestRun):
     raw = read_json(request)
     run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, CompletionRequest)
+    refuse_unsupported(raw)
     if body.n is not None and body.n != 1:
         raise ApiError.invalid("n", "Only n=1 is supported.", "unsupported_value")
     if body.max_tokens is not None and body.max_tokens < 1:

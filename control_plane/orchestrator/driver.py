@@ -296,6 +296,7 @@ class RedisOrchestrator:
             if isinstance(action, SendToReplica):
                 pipe.xadd(streams.replica_input(action.replica_id), {"kind": "request", "data": encode(action.request)})
             elif isinstance(action, SendAbort):
+                pipe.zadd(streams.aborted_requests(), {action.request_id: time.time()})
                 message = encode(Abort(request_id=action.request_id))
                 pipe.xadd(streams.replica_input(action.replica_id), {"kind": "abort", "data": message})
             elif isinstance(action, Discard):
@@ -383,6 +384,8 @@ class RedisOrchestrator:
 
     def tick(self) -> None:
         self._with_all_requests(list(self.deployments), Tick(at=time.time()))
+        forgotten_before = time.time() - settings.REQUEST_STREAM_TTL_S * 6  # as long as a request's state lives
+        self.redis.zremrangebyscore(streams.aborted_requests(), "-inf", forgotten_before)
 
     def is_leader(self) -> bool:
         key = streams.reconciler_leader()

@@ -4,7 +4,10 @@
         ...  # message.kind: "output" (message.output), then "complete" or "fail"
 
 Works the same embedded and against external Redis. A client that stops iterating
-(disconnect) cancels the request in every stage.
+(disconnect) cancels the request in every stage. A request whose orchestrators are all gone
+(no orchestrator heartbeat) ends with `ServingUnavailable` within about a heartbeat TTL plus
+ORCHESTRATOR_CHECK_S, instead of waiting out the idle timeout; a restarted orchestrator
+adopts requests whose state is still in Redis.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from control_plane.redis_client import get_async_redis
 from stages import streams
 from stages.orchestrator import Cancel, InputChunk, Submit
 from stages.protocol import SamplingParams, StageError, StageRequest
+
+ORCHESTRATOR_CHECK_S = 5.0
+"""After this long without a message, a request checks that some orchestrator still lives."""
 
 
 class ServingUnavailable(Exception):
@@ -73,11 +79,7 @@ async def serve(
         except redis.RedisError as error:
             raise ServingUnavailable(f"the platform's Redis is unavailable: {error}") from None
         while True:
-            try:
-                async with asyncio.timeout(idle_timeout_s):
-                    fields = await queue.get()
-            except TimeoutError:
-                raise ServingUnavailable(f"no output for {idle_timeout_s:.0f} s; the request was cancelled") from None
+            fields = await _next_message(client, queue, idle_timeout_s)
             if fields is LOST:
                 raise ServingUnavailable(f"lost the platform's Redis mid-request: {reader.failure}")
             message = wire.decode_client_message(fields)
@@ -99,6 +101,32 @@ async def serve(
         if own_client:
             reader.close()
             await client.aclose()
+
+
+async def _next_message(client: redis.asyncio.Redis, queue: asyncio.Queue, idle_timeout_s: float):
+    """The request's next message; raises when none came for `idle_timeout_s`, or sooner when no
+    orchestrator lives to send one."""
+    waited = 0.0
+    while True:
+        step = min(ORCHESTRATOR_CHECK_S, idle_timeout_s - waited)
+        try:
+            async with asyncio.timeout(step):
+                return await queue.get()
+        except TimeoutError:
+            waited += step
+        if waited >= idle_timeout_s:
+            raise ServingUnavailable(f"no output for {idle_timeout_s:.0f} s; the request was cancelled")
+        if not await _an_orchestrator_lives(client):
+            raise ServingUnavailable("no orchestrator is running (it stopped mid-request); the request was cancelled")
+
+
+async def _an_orchestrator_lives(client: redis.asyncio.Redis) -> bool:
+    try:
+        async for _ in client.scan_iter(match=streams.orchestrator_heartbeat_pattern(), count=1000):
+            return True
+    except redis.RedisError:
+        return True  # Redis trouble is told by the reply reader (LOST)
+    return False
 
 
 CANCEL_TIMEOUT_S = 5.0

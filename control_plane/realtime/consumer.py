@@ -23,6 +23,7 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.targets import Caller, served_deployment
 from control_plane.realtime.auth import authenticate
 from control_plane.realtime.events import ProtocolError, error_event, server_event
+from control_plane.realtime.key_watch import KeyWatch
 from control_plane.realtime.session import RealtimeSession
 from control_plane.realtime.session_quota import SessionQuota, session_close
 from control_plane.redis_client import get_async_redis
@@ -51,6 +52,7 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = "realtime-needs-no-channel-layer"
     session: RealtimeSession | None = None
     ticker: asyncio.Task | None = None
+    key_watch: asyncio.Task | None = None
     redis = None
     closed = False
 
@@ -97,12 +99,15 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
             max_session_s=max_session_s(),
         )
         self.session.after_response = self.send_rate_limits
+        watch = KeyWatch(principal, served.deployment.name, self._credential_lost)
+        self.session.may_respond = watch.still_valid
         try:
             await self.session.open(principal.grant.session if principal.grant else None)
         except ProtocolError as error:
             raise Refused(f"The client secret's session is invalid: {error.message}", error.code) from None
         await self.send_rate_limits()
         self.ticker = asyncio.create_task(self._tick())
+        self.key_watch = asyncio.create_task(watch.run())
 
     def _model(self, principal) -> str:
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
@@ -115,6 +120,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
         if not model:
             raise Refused("Missing required query parameter 'model' (the deployment's name).", "missing_model")
         return model
+
+    async def _credential_lost(self, reason: str) -> None:
+        await self._refuse(reason, "invalid_api_key")
 
     async def _refuse(self, message: str, code: str, type: str = "invalid_request_error") -> None:
         await self.send_event(error_event(message, code=code, type=type))
@@ -168,8 +176,9 @@ class RealtimeConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code):
         self.closed = True
-        if self.ticker is not None:
-            self.ticker.cancel()
+        for task in (self.ticker, self.key_watch):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         session = self.session
         if session is not None:
             await session.close()

@@ -57,6 +57,7 @@ class ResponseSpec:
     turn_started: float = field(default_factory=time.monotonic)
     audio_in: np.ndarray | None = None  # the user's audio of this turn, at the model's input rate
     audio_in_rate: int = 16000
+    context_error: str | None = None  # the prompt cannot fit the model's context (truncation)
 
 
 class ResponseRun:
@@ -241,6 +242,10 @@ class ResponseRun:
             modalities=self.spec.modalities,
             stream=True,
         )  # fmt: skip
+        if self.spec.context_error is not None:
+            self.failure = await self.request.fail(ApiError(400, self.spec.context_error,
+                                                            code="context_length_exceeded"))  # fmt: skip
+            return
         later = later_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens)
         try:
             deltas = await self.request.submit(self.stage_request(), later, idle_timeout=IDLE_TIMEOUT_S)

@@ -29,10 +29,14 @@ from control_plane.realtime.conversation import (
 from control_plane.realtime.events import ProtocolError, canonical_client_type, error_event, new_id, server_event
 from control_plane.realtime.input_buffer import MIN_COMMIT_MS, InputBuffer
 from control_plane.realtime.responses import ResponseRun, ResponseSpec
+from control_plane.realtime.sampling import entry_sampling
 from control_plane.realtime.session_config import MODEL_INPUT_RATE, SessionConfig, _max_tokens, _modalities, _number
 from control_plane.realtime.states import IllegalTransition, StateMachine
+from control_plane.realtime.truncation import ContextTooLong, kept_items, prompt_budget
 from control_plane.realtime.vad import FRAME_MS, START_FRAMES, EnergyVad
+from control_plane.system.json_bounds import HostileJson, check_json_values
 from stages.config import load_deploy_config
+from stages.context_truncation import PromptCounter
 from stages.resampling import resample
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,7 @@ class RealtimeSession:
         self.speech_start_ms = 0
         self.response: ResponseRun | None = None
         self.responses_done = 0
+        self.counter = PromptCounter.for_model(deployment.model_dir, pipeline.family)
 
     new_id = staticmethod(new_id)
 
@@ -98,8 +103,11 @@ class RealtimeSession:
         try:
             try:
                 event = json.loads(text)
-            except (json.JSONDecodeError, TypeError):
+                check_json_values(event)
+            except (json.JSONDecodeError, TypeError, RecursionError):
                 raise ProtocolError("The event is not valid JSON.", code="invalid_json") from None
+            except HostileJson as error:
+                raise ProtocolError(error.message, code="invalid_value", param=error.param) from None
             if not isinstance(event, dict):
                 raise ProtocolError("An event must be a JSON object.", code="invalid_event")
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
@@ -288,6 +296,8 @@ class RealtimeSession:
 
     async def _start_response(self, overrides: dict, turn_started: float, user_item: Item | None) -> None:
         spec = self._spec(overrides, turn_started)
+        if not await self.may_respond():
+            return
         if user_item is None:
             user_item = next((item for item in reversed(self.conversation.items) if item.role == "user"), None)
         if user_item is not None:
@@ -331,7 +341,12 @@ class RealtimeSession:
             extra = [item_from_client(body, config.input_format, f"response.input[{i}]")
                      for i, body in enumerate(overrides["input"])]  # fmt: skip
         history = [] if conversation == "none" and "input" in overrides else self.conversation.items
-        messages = prompt_messages([*history, *extra], instructions, self.pipeline.family)
+        context_error = None
+        try:
+            items = self._prompt_items([*history, *extra], instructions, max_tokens, temperature)
+        except ContextTooLong as too_long:
+            items, context_error = [*history, *extra], str(too_long)
+        messages = prompt_messages(items, instructions, self.pipeline.family)
         if not any(message["role"] == "user" for message in messages):
             raise ProtocolError("There is nothing to respond to: the conversation has no user message.",
                                 code="conversation_empty")  # fmt: skip
@@ -346,7 +361,14 @@ class RealtimeSession:
             in_conversation=conversation == "auto",
             metadata=overrides.get("metadata"),
             turn_started=turn_started,
+            context_error=context_error,
         )
+
+    def _prompt_items(self, items: list[Item], instructions: str, max_tokens, temperature) -> list[Item]:
+        sampling = entry_sampling(self.pipeline, self.deploy, max_tokens, temperature)
+        budget = prompt_budget(self.pipeline, self.deploy, sampling.max_tokens if sampling else 0)
+        return kept_items(items, instructions=instructions, counter=self.counter, family=self.pipeline.family,
+                          budget=budget, truncation=self.config.truncation)  # fmt: skip
 
     async def on_response_cancel(self, event: dict) -> None:
         response_id = event.get("response_id")
@@ -366,6 +388,10 @@ class RealtimeSession:
 
     async def after_response(self) -> None:
         """Hook for the consumer (rate_limits.updated)."""
+
+    async def may_respond(self) -> bool:
+        """Hook for the consumer: whether the session's credential still holds (key_watch.py)."""
+        return True
 
 
 def _heard_text(transcript: str, heard_ms: int, total_ms: int) -> str:

@@ -42,6 +42,7 @@ class SessionConfig:
     speed: float = 1.0
     temperature: float | None = None
     max_output_tokens: int | str = "inf"
+    truncation: str | dict[str, Any] = "auto"
     model_output_rate: int | None = None
 
     # ------------------------------------------------------------------ update
@@ -77,6 +78,8 @@ class SessionConfig:
             )
         if "temperature" in session:
             self.temperature = _number(session["temperature"], "session.temperature", 0.0, 2.0)
+        if "truncation" in session:
+            self.truncation = _truncation(session["truncation"], "session.truncation")
         self._apply_audio(session)
 
     def _apply_audio(self, session: dict) -> None:
@@ -125,7 +128,7 @@ class SessionConfig:
             "tool_choice": "auto",
             "max_output_tokens": self.max_output_tokens,
             "tracing": None,
-            "truncation": "auto",
+            "truncation": dict(self.truncation) if isinstance(self.truncation, dict) else self.truncation,
             "prompt": None,
             "include": None,
             "expires_at": self.expires_at,
@@ -169,6 +172,26 @@ def _max_tokens(value: Any, param: str) -> int | str:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
         raise ProtocolError(f"Invalid '{param}': expected an integer in [1, 4096] or 'inf'.", param=param)
     return value
+
+
+def _truncation(value: Any, param: str) -> str | dict[str, Any]:
+    """ "auto", "disabled" or `{"type": "retention_ratio", "retention_ratio": r, "token_limits":
+    {"post_instructions": n}}` (OpenAI's shapes)."""
+    if value in ("auto", "disabled"):
+        return value
+    if not isinstance(value, dict) or value.get("type") != "retention_ratio":
+        raise ProtocolError(f"Invalid '{param}': expected 'auto', 'disabled' or a retention_ratio object.",
+                            param=param)  # fmt: skip
+    ratio = _number(value.get("retention_ratio"), f"{param}.retention_ratio", 0.0, 1.0)
+    truncation: dict[str, Any] = {"type": "retention_ratio", "retention_ratio": ratio}
+    limits = value.get("token_limits")
+    if limits is not None:
+        limit = limits.get("post_instructions") if isinstance(limits, dict) else None
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ProtocolError(f"Invalid '{param}.token_limits.post_instructions': expected a positive integer.",
+                                param=f"{param}.token_limits.post_instructions")  # fmt: skip
+        truncation["token_limits"] = {"post_instructions": limit}
+    return truncation
 
 
 def _format(value: Any, param: str) -> AudioFormat:

@@ -10,8 +10,8 @@ so one process hosts one VLLMEngine.
 Deploy knobs: dtype, max_length (max_model_len), max_batch (max_num_seqs), kv_memory_mb
 (VLLM_CPU_KVCACHE_SPACE on CPU, kv_cache_memory_bytes on GPU); `options["vllm"]` passes
 further EngineArgs as they are; `load_format: dummy` is vLLM's own (its random weights, seeded with
-`options.dummy_seed`). vLLM picks its GPU itself: a host that places the stage
-on "cuda:N" sets CUDA_VISIBLE_DEVICES before building the engine.
+`options.dummy_seed`). vLLM picks its GPU itself: the replica host of a stage placed on
+"cuda:N" sees only that GPU (CUDA_VISIBLE_DEVICES, set by the worker that starts it).
 """
 
 from __future__ import annotations

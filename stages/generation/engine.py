@@ -4,7 +4,8 @@ Each request collects codec frames as they stream in from the talker. Its window
 (stages/generation/window_policy.py) says when it is due and for which frames: a small first
 window (`first_chunk_size`: a fast first packet), then `async_chunk_size` frames, then, with a
 growing policy, larger windows (what it has, once its audio buffered ahead of playback runs low);
-or the rest once its input is complete. A request whose frames all arrived before its first chunk is decoded as
+or the rest once its input is complete (a backlog larger than the next window drains window by
+window, each decode bounded). A request whose frames all arrived before its first chunk is decoded as
 one whole sequence (that is the async-chunk-off path, and it equals the model's own
 whole-sequence decoding exactly). Each step decodes every due window, windows of the same shape
 (the decoder's `batch_key`, by default the same start, end and finality) in one forward of up to

@@ -69,7 +69,6 @@ def _pipeline(name: str, with_audio: bool) -> PipelineConfig:
                 name=TALKER,
                 kind="ar",
                 model_subdir="talker",
-                input_processor="stages.models.qwen2_5_talker:TalkerEngine",
                 default_sampling=TALKER_SAMPLING,
             ),
             StageConfig(
@@ -79,7 +78,6 @@ def _pipeline(name: str, with_audio: bool) -> PipelineConfig:
                 output="audio",
                 default_backend="generation",
                 model_subdir="token2wav",
-                input_processor="stages.generation.token2wav:Token2WavDecoder",
             ),
         ],
         edges=[

@@ -77,7 +77,6 @@ def _pipeline(name: str, with_audio: bool) -> PipelineConfig:
                 name=TALKER,
                 kind="ar",
                 model_subdir="talker",
-                input_processor="stages.models.qwen3_talker:TalkerEngine",
                 default_sampling=TALKER_SAMPLING,
             ),
             StageConfig(
@@ -87,7 +86,6 @@ def _pipeline(name: str, with_audio: bool) -> PipelineConfig:
                 output="audio",
                 default_backend="generation",
                 model_subdir="code2wav",
-                input_processor="stages.generation.code2wav:Code2WavDecoder",
             ),
         ],
         edges=[

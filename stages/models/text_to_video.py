@@ -22,6 +22,10 @@ PIPELINE = PipelineConfig(
     name="text_to_video",
     description="One diffusion transformer stage: a text prompt in, a video out.",
     stages=[StageConfig(id=0, name=STAGE_NAME, kind="diffusion", output="video", default_backend="diffusers")],
+    # Wan's, CogVideoX's and HunyuanVideo's VAEs compress time by 4 (4k + 1 frames; the loaded engine checks
+    # the checkpoint's own factor, 8 for LTX); 17 frames, about a second, suits both
+    frame_multiple=4,
+    request_defaults={"num_frames": 17},
 )
 
 

@@ -3,7 +3,8 @@
 No I/O, no clock, no threads: drivers (in-process asyncio, Redis streams) feed it events
 and carry out its actions. It owns cross-stage request state:
 
-- admission: at most `deploy.max_queue` requests in flight per deployment;
+- admission: at most `deploy.max_queue` requests in flight per deployment, and room in every
+  stage a request needs (`admission.py`: 503 `overloaded` with a retry estimate);
 - replica choice: the replica of the stage holding the fewest of our requests, sticky
   per request and stage (a replica holds that request's KV cache);
 - forwarding: each stage output goes along the pipeline's edges, chunk by chunk when
@@ -13,7 +14,9 @@ and carry out its actions. It owns cross-stage request state:
 - cancellation to every replica holding the request; per-hop and per-request timeouts;
 - completion when every client-visible stage finished;
 - a replica that goes down: its requests restart on other replicas if nothing reached
-  the client yet, else they fail.
+  the client yet, else they fail;
+- stage groups (`stages.groups`): a group's replica holds all its stages of a request; the
+  core sends only into the group's entry stage and forwards nothing along the edges inside.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from stages.config import DeployConfig, PipelineConfig, StageConfig
+from stages.groups import StageGroups
 from stages.orchestrator.actions import Action, Complete, Emit, Fail, RequestSummary, SendAbort, SendToReplica
+from stages.orchestrator.admission import StageSeconds, admission_refusal
 from stages.orchestrator.discards import discard, output_handles, undelivered_handles
 from stages.orchestrator.events import (
     Cancel,
@@ -58,6 +63,9 @@ class Deployment:
         self.upstream_ids = {sid: [edge.source for edge in self.pipeline.upstream(sid)] for sid in self.stage}
         self.client_stage_ids = [stage.id for stage in self.pipeline.stages if stage.output is not None]
         self.entry_id = self.pipeline.entry_stage.id
+        self.groups = StageGroups(self.pipeline, self.deploy)
+        self.audio_stage_ids = [stage.id for stage in self.pipeline.stages if stage.output == "audio"]
+        self.stage_seconds = StageSeconds()
 
 
 @dataclass
@@ -210,6 +218,12 @@ class Orchestrator:
                     summary=RequestSummary(),
                 )
             ]
+        unwanted = unwanted_stages(deployment.pipeline, event.request.params.get("modalities"))
+        needed = [stage for stage in deployment.pipeline.stages if stage.id not in unwanted]
+        in_flight = [state for state in self.requests.values() if state.deployment_id == event.deployment_id]
+        refused = admission_refusal(deployment.deploy, needed, in_flight, deployment.stage_seconds)
+        if refused is not None:
+            return [Fail(request_id=request_id, reply_to=event.reply_to, error=refused, summary=RequestSummary())]
         state = RequestState(
             request_id=request_id,
             deployment_id=event.deployment_id,
@@ -219,7 +233,7 @@ class Orchestrator:
             submitted_at=event.at,
             stages={stage.id: StageProgress(name=stage.name) for stage in deployment.pipeline.stages},
         )
-        for stage_id in unwanted_stages(deployment.pipeline, event.request.params.get("modalities")):
+        for stage_id in unwanted:
             state.stages[stage_id].finished = True  # never sent anything: forwarding and completion pass it by
         self.requests[request_id] = state
         self._changed.add(request_id)
@@ -250,6 +264,8 @@ class Orchestrator:
 
     def _send(self, state: RequestState, stage_id: int, request: StageRequest, at: float) -> list[Action]:
         progress = state.stages[stage_id]
+        if request.seq == 0:
+            request = self._with_group_sampling(state, stage_id, request)
         self._changed.add(state.request_id)
         progress.sent_seq = request.seq + 1
         progress.last_activity = at
@@ -272,7 +288,50 @@ class Orchestrator:
         progress.waiting_since = None
         progress.last_activity = at
         outbox, progress.outbox = progress.outbox, []
+        self._place_group_members(state, stage_id, replica, at)
         return [SendToReplica(replica_id=replica.replica_id, request=request) for request in outbox]
+
+    # ------------------------------------------------------------------ groups
+
+    def _with_group_sampling(self, state: RequestState, stage_id: int, request: StageRequest) -> StageRequest:
+        graph = self._deployment(state)
+        group = graph.groups.of(stage_id)
+        if group is None or group.entry != stage_id:
+            return request
+        sampling = {}
+        for member in group.members[1:]:
+            stage = graph.stage[member]
+            member_sampling = self._sampling_for(state, stage)
+            if member_sampling is not None:
+                sampling[stage.name] = member_sampling
+        return msgspec.structs.replace(request, group_sampling=sampling)
+
+    def _place_group_members(self, state: RequestState, stage_id: int, replica: Replica, at: float) -> None:
+        """The other stages of the entry's group run the request on the same replica."""
+        group = self._deployment(state).groups.of(stage_id)
+        if group is None or group.entry != stage_id:
+            return
+        for member in group.members[1:]:
+            progress = state.stages[member]
+            if progress.finished or progress.replica_id is not None:
+                continue
+            progress.replica_id = replica.replica_id
+            progress.started_at = progress.last_activity = at
+            replica.holding.add(_holding_key(state.request_id, member))
+
+    def _group_output(self, state: RequestState, stage_id: int, output: StageOutput, at: float) -> None:
+        """Any output of a member shows the whole group alive; once every member that sends
+        outputs back finished, the inner ones (which send none) are finished too."""
+        group = self._deployment(state).groups.of(stage_id)
+        if group is None:
+            return
+        members = [state.stages[member] for member in group.members]
+        for progress in members:
+            progress.last_activity = at
+        if output.finished and all(state.stages[member].finished for member in group.published):
+            for member in group.members:
+                if not state.stages[member].finished:
+                    self._finish_stage(state, member, output.finish_reason, at)
 
     # ------------------------------------------------------------------ outputs
 
@@ -319,9 +378,12 @@ class Orchestrator:
                 actions.append(Emit(request_id=state.request_id, reply_to=state.reply_to, output=view))
                 state.client_output_sent = state.client_output_sent or has_content(view) or view.finished
         for edge in graph.downstream[stage_id]:
-            actions += self._forward(state, graph, edge.source, edge.target, edge.streaming, output, at)
+            if not graph.groups.internal(edge):
+                actions += self._forward(state, graph, edge.source, edge.target, edge.streaming, output, at)
         if output.finished:
             self._finish_stage(state, stage_id, output.finish_reason, at)
+        self._group_output(state, stage_id, output, at)
+        if output.finished:
             if stage.output == "text" or (stage.output is not None and state.finish_reason is None):
                 state.finish_reason = output.finish_reason
             if all(state.stages[sid].finished for sid in graph.client_stage_ids):
@@ -400,6 +462,9 @@ class Orchestrator:
         progress.finished_at = at
         progress.early = {}
         self._release(state.request_id, stage_id, progress)
+        deployment = self.deployments.get(state.deployment_id)
+        if deployment is not None and progress.started_at is not None:
+            deployment.stage_seconds.observe(progress.name, at - progress.started_at)
 
     # ------------------------------------------------------- endings and control
 
@@ -421,13 +486,13 @@ class Orchestrator:
         return actions
 
     def _abort_running(self, state: RequestState) -> list[Action]:
-        aborts = [
-            SendAbort(replica_id=progress.replica_id, request_id=state.wire_id)
+        holding = {
+            progress.replica_id: None
             for progress in state.stages.values()
             if progress.running and progress.replica_id in self.replicas
-        ]
+        }  # one abort per replica: a group's replica holds several stages of the request
         self._release_all(state)
-        return aborts
+        return [SendAbort(replica_id=replica_id, request_id=state.wire_id) for replica_id in holding]
 
     def _end(self, state: RequestState) -> None:
         self.requests.pop(state.request_id, None)
@@ -465,6 +530,13 @@ class Orchestrator:
         if now - state.submitted_at > deploy.request_timeout_s:
             message = f"the request did not finish within request_timeout_s={deploy.request_timeout_s:g}s"
             return StageError(message=message, type="timeout_error", code="request_timeout")
+        lag = _realtime_lag(state, self.deployments[state.deployment_id].audio_stage_ids, now)
+        if deploy.max_realtime_lag_s is not None and lag > deploy.max_realtime_lag_s:
+            message = (
+                f"the audio fell {lag:.1f}s behind real time (max_realtime_lag_s={deploy.max_realtime_lag_s:g}s): "
+                f"{state.audio_seconds:.1f}s of audio in {now - state.first_audio_at:.1f}s"
+            )
+            return StageError(message=message, type="timeout_error", code="behind_realtime")
         for progress in state.stages.values():
             if progress.waiting_since is not None and now - progress.waiting_since > deploy.hop_timeout_s:
                 message = (
@@ -503,6 +575,15 @@ def _with_stage(error: StageError, stage_name: str) -> StageError:
     if error.type == "invalid_request_error" or error.message.startswith(f"stage {stage_name!r}"):
         return error
     return msgspec.structs.replace(error, message=f"stage {stage_name!r}: {error.message}")
+
+
+def _realtime_lag(state: RequestState, audio_stage_ids: list[int], now: float) -> float:
+    """How far a listener who started playing at the first audio chunk waits behind real time:
+    wall time since that chunk minus the seconds of audio produced (0 before any audio, and once
+    the audio stages finished)."""
+    if state.first_audio_at is None or all(state.stages[sid].finished for sid in audio_stage_ids):
+        return 0.0
+    return (now - state.first_audio_at) - state.audio_seconds
 
 
 def _audio_seconds(output: StageOutput) -> float:

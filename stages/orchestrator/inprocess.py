@@ -20,6 +20,7 @@ from stages.config import DeployConfig, PipelineConfig
 from stages.connectors.shared_memory import SharedMemoryConnector
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest
+from stages.groups import ungrouped
 from stages.orchestrator.actions import Action, Complete, Discard, Emit, Fail, SendAbort, SendToReplica
 from stages.orchestrator.core import Orchestrator
 from stages.orchestrator.events import Cancel, DeploymentUp, Event, ReplicaUp, StageOutputEvent, Submit, Tick
@@ -44,7 +45,7 @@ class InProcessDriver:
     ):
         deploy.validate(pipeline)
         self.pipeline = pipeline
-        self.deploy = deploy
+        self.deploy = ungrouped(deploy)  # every stage runs in this process already
         self.build_engine = build_engine
         self.tick_interval_s = tick_interval_s
         self.clock = clock
@@ -104,6 +105,13 @@ class InProcessDriver:
                 await self._ticker
         for replica in self.replicas.values():
             await asyncio.to_thread(replica.stop)
+        self.replicas.clear()
+
+    def stop_replicas(self) -> None:
+        """Stop every replica thread from the calling thread (at interpreter exit, where the
+        loop's executor is gone already)."""
+        for replica in list(self.replicas.values()):
+            replica.stop()
         self.replicas.clear()
 
     async def generate(

@@ -137,13 +137,16 @@ class ReplicaThread:
 
     def _step(self) -> list[StageOutput]:
         try:
-            outputs = self.engine.step()
+            return self._step_raising()
         except Exception as exception:
             error = StageError(message=f"the engine failed a step: {type(exception).__name__}: {exception}")
             for request_id, stage_id in list(self.active.items()):
                 self.engine.abort(request_id)
                 self._fail(request_id, stage_id, error)
             return []
+
+    def _step_raising(self) -> list[StageOutput]:
+        outputs = self.engine.step()
         for output in outputs:
             if output.finished:
                 self.active.pop(output.request_id, None)

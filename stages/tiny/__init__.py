@@ -2,7 +2,7 @@
 
 `build(name, out_dir)` runs the builder registered under `name`; `build_all(root)` builds every
 registered checkpoint under `root/<name>` and skips those already complete (a `.complete` marker is
-written last). The registry maps names to "module:function" strings so importing it imports no torch.
+written last). Each checkpoint gets a `provenance.json` (random weights unless its builder says otherwise). The registry maps names to "module:function" strings so importing it imports no torch.
 Each area adds its builders here, one line each. `build_all(root, builders=REAL_SHAPES)` writes the
 real-shape directories instead (published configs, no weights: stages/tiny/real_shapes.py).
 """
@@ -14,6 +14,8 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from stages.provenance import Provenance, read_provenance, write_provenance
+
 BUILDERS: dict[str, str] = {
     "qwen2": "stages.tiny.llm:build_qwen2",
     "qwen3": "stages.tiny.llm:build_qwen3",
@@ -24,6 +26,7 @@ BUILDERS: dict[str, str] = {
     "pixart": "stages.tiny.diffusion:build_pixart",
     "wan": "stages.tiny.diffusion:build_wan",
     "ar_to_dit": "stages.tiny.diffusion:build_ar_to_dit",
+    "smollm2-135m-instruct": "stages.tiny.smollm2:build_smollm2",
 }
 
 REAL_SHAPES: dict[str, str] = {
@@ -55,6 +58,8 @@ def build(name: str, out_dir: str | Path, builders: dict[str, str] = BUILDERS) -
         shutil.rmtree(out)
     out.mkdir(parents=True)
     builder(name, builders)(out)
+    if read_provenance(out) is None:  # a builder that fetched trained weights says so itself
+        write_provenance(out, Provenance(source=f"stages.tiny ({name})", random_weights=True))
     (out / COMPLETE_MARKER).write_text(name + "\n")
     return out
 

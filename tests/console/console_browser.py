@@ -43,12 +43,21 @@ def chromium_page(extra_args: list[str] | None = None) -> Iterator:
 
 def watched(page):
     """The page, collecting its script errors in `page.errors` and the messages of its dialogs
-    (alert, confirm: dismissed) in `page.dialogs`, for the escaping checks."""
+    (alert, confirm) in `page.dialogs`, for the escaping checks. Dialogs are dismissed unless a
+    test sets `page.accept_dialogs` (to answer a confirmation it expects)."""
     page.set_default_timeout(30_000)
-    page.errors, page.dialogs = [], []
+    page.errors, page.dialogs, page.accept_dialogs = [], [], False
     page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("dialog", lambda dialog: _answer(page, dialog))
     return page
+
+
+def _answer(page, dialog) -> None:
+    page.dialogs.append(dialog.message)
+    if page.accept_dialogs:
+        dialog.accept()
+    else:
+        dialog.dismiss()
 
 
 def shot(page, name: str) -> None:

@@ -19,10 +19,11 @@ def history_row(
     status: str = "completed",
     deployment: str = "dep",
     metrics: dict | None = None,
+    route: str = "chat.completions",
 ):
     row = services.request_open(
         request_id=request_id,
-        route="chat.completions",
+        route=route,
         user=user,
         deployment_name=deployment,
         inputs={"prompt": prompt},

@@ -12,8 +12,9 @@ class DashboardNumbers:
     queue_depth: int
     requests_per_min: float
     last_hour: int
-    latency: dict[tuple[str, int], float | None]
-    """(TTFT|TTFP|E2EL, 50|90|99) -> seconds, None where the dashboard shows none."""
+    latency: dict[tuple[str, str, int], float | None]
+    """(route, TTFT|TTFP|E2EL, 50|90|99) -> seconds over the route's completed requests, None where
+    the dashboard shows none; routes without a completed request are absent."""
     bars: list[int]
     """Requests in each of the last 60 minutes, oldest first."""
 
@@ -23,9 +24,9 @@ def dashboard_numbers(html: str, deployment: str) -> DashboardNumbers:
     end = card.find("data-deployment=", 1)
     card = card[: end if end > 0 else None]
     latency = {}
-    for timing, row in re.findall(r'<tr data-timing="(\w+)">(.*?)</tr>', card, re.S):
+    for route, timing, row in re.findall(r'<tr data-route="([\w.]+)" data-timing="(\w+)">(.*?)</tr>', card, re.S):
         for p, cell in re.findall(r'data-percentile="(\d+)">([^<]*)<', row):
-            latency[(timing, int(p))] = float(cell.removesuffix(" s")) if cell.endswith(" s") else None
+            latency[(route, timing, int(p))] = float(cell.removesuffix(" s")) if cell.endswith(" s") else None
     return DashboardNumbers(
         queue_depth=int(_kpi(card, "queue-depth")),
         requests_per_min=float(_kpi(card, "requests-per-min")),

@@ -27,6 +27,10 @@ PAGES = [
     ("console:history", []),
     ("console:keys", []),
     ("console:usage", []),
+    ("console:deployments", []),
+    ("console:deployments-panel", []),
+    ("console:voice-code", []),
+    ("console:video-api-jobs", []),
 ]
 
 
@@ -62,7 +66,7 @@ def test_navigation_shows_only_what_the_user_may_use(alice_client, root, pipelin
     root_client = Client()
     root_client.force_login(root)
     page = root_client.get(reverse("console:catalog")).content.decode()
-    assert 'data-nav="admin"' in page and "/catalog/echo-voice/deploy/" in page
+    assert 'data-nav="admin"' in page and "/catalog/qwen2_5_omni/deploy/" in page
 
 
 def test_a_plain_user_never_reaches_admin_pages(alice_client):
@@ -248,6 +252,17 @@ def test_the_deployment_panel_shows_loading_progress_and_errors(alice_client, pi
     assert 'class="dot LOADING"' in page and 'class="dot ERROR"' in page
 
 
+def test_the_deployment_panel_shows_one_row_per_stage_group_replica(alice_client, pipelines):
+    grouped = {"stages": {"echo": {"group": "speech"}, "voice": {"group": "speech"}}}
+    deployment_create(
+        name="dep", pipeline=Pipeline.objects.get(name="echo-voice"), model_dir="-", deploy_config=grouped
+    )
+    page = alice_client.get(reverse("console:deployment-panel", args=["dep"])).content.decode()
+    assert page.count("<tr data-replica=") == 1
+    row = page[page.index('data-replica="echo-0"') :]
+    assert "speech (echo+voice)" in row[: row.index("</tr>")]
+
+
 def test_the_dashboard_shows_rates_percentiles_and_the_chart(alice_client, alice, pipelines):
     from datetime import timedelta
 
@@ -266,17 +281,24 @@ def test_the_dashboard_shows_rates_percentiles_and_the_chart(alice_client, alice
     InferenceRequest.objects.filter(request_id="req-earlier").update(created_at=now - timedelta(minutes=10, seconds=5))
     InferenceRequest.objects.filter(request_id="req-yesterday").update(created_at=now - timedelta(days=1))
     history_row(alice, "req-other", prompt="hi", deployment="other", metrics={"ttft_s": 7.0})
+    # a refused request ends in milliseconds: it must not pull the percentiles down
+    history_row(alice, "req-refused", prompt="hi", status="failed")
+    InferenceRequest.objects.filter(request_id="req-refused").update(e2el_s=0.011, ttft_s=0.001)
+    history_row(alice, "req-speech", prompt="hi", route="audio.speech", metrics={"ttfp_s": 3.0, "e2el_s": 8.0})
+    InferenceRequest.objects.filter(request_id="req-earlier").update(created_at=now - timedelta(minutes=10, seconds=5))
 
     for url in (reverse("console:dashboard"), reverse("console:dashboard-panel")):
         numbers = dashboard_numbers(alice_client.get(url).content.decode(), "dep")
-        assert numbers.requests_per_min == 1.0  # 5 requests in the last 5 minutes
-        assert numbers.last_hour == 6 and numbers.queue_depth == 0
-        assert [numbers.latency[("TTFT", p)] for p in (50, 90, 99)] == [0.3, 0.5, 0.5]
-        assert [numbers.latency[("TTFP", p)] for p in (50, 90, 99)] == [0.6, 1.0, 1.0]
-        # the failed request ten minutes ago has an end-to-end time of its own (a few ms)
-        assert [numbers.latency[("E2EL", p)] for p in (50, 90, 99)] == [2.0, 4.0, 5.0]
-        assert len(numbers.bars) == 60 and sum(numbers.bars) == 6
-        assert numbers.bars[-1] == 5 and numbers.bars[-11] == 1  # this minute, and ten minutes ago
+        assert numbers.requests_per_min == 1.4  # 7 requests in the last 5 minutes
+        assert numbers.last_hour == 8 and numbers.queue_depth == 0
+        chat = "chat.completions"
+        assert [numbers.latency[(chat, "TTFT", p)] for p in (50, 90, 99)] == [0.3, 0.5, 0.5]
+        assert [numbers.latency[(chat, "TTFP", p)] for p in (50, 90, 99)] == [0.6, 1.0, 1.0]
+        assert [numbers.latency[(chat, "E2EL", p)] for p in (50, 90, 99)] == [3.0, 5.0, 5.0]  # failed ones left out
+        assert [numbers.latency[("audio.speech", "E2EL", p)] for p in (50, 90, 99)] == [8.0, 8.0, 8.0]
+        assert numbers.latency[("audio.speech", "TTFT", 50)] is None
+        assert len(numbers.bars) == 60 and sum(numbers.bars) == 8
+        assert numbers.bars[-1] == 7 and numbers.bars[-11] == 1  # this minute, and ten minutes ago
 
 
 def test_a_dashboard_without_requests_shows_no_percentiles(alice_client, pipelines):
@@ -285,4 +307,14 @@ def test_a_dashboard_without_requests_shows_no_percentiles(alice_client, pipelin
     deployment_create(name="dep", pipeline=Pipeline.objects.get(name="echo"), model_dir="-", deploy_config={})
     numbers = dashboard_numbers(alice_client.get(reverse("console:dashboard-panel")).content.decode(), "dep")
     assert numbers.requests_per_min == 0 and numbers.last_hour == 0 and sum(numbers.bars) == 0
-    assert set(numbers.latency.values()) == {None} and len(numbers.latency) == 9
+    assert numbers.latency == {}
+
+
+def test_the_deploy_form_shows_and_stores_the_audio_cap(root_client, pipelines):
+    url = reverse("console:deploy", args=["echo-voice"])
+    page = root_client.get(url).content.decode()
+    assert 'name="max_audio_seconds"' in page and "0.5 s per text token, at most 120 s" in page
+    assert 'name="max_audio_seconds"' not in root_client.get(reverse("console:deploy", args=["echo"])).content.decode()
+    response = root_client.post(url, _deploy_post("capped", max_audio_seconds="20"))
+    assert response.status_code == 302
+    assert Deployment.objects.get(name="capped").deploy_config["max_audio_seconds"] == 20.0

@@ -51,6 +51,7 @@ def test_bootstrap_creates_the_admin_one_key_shown_once_and_the_demo(tmp_path):
     secret = re.search(r"Created API key 'default': (\S+)", first).group(1)
     assert "Created demo deployment 'tiny-llm' (llm)" in first
     assert (tmp_path / "var" / "models" / "qwen2" / "config.json").is_file()
+    assert "models: 1 created" in first  # the registry knows the checkpoint the demo built
 
     second = manage(env, "bootstrap").stdout
     assert password not in second and secret not in second

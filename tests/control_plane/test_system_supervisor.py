@@ -1,4 +1,5 @@
-"""`manage.py omni_up`: the embedded platform comes up, answers, and stops cleanly."""
+"""`manage.py omni_up`: the embedded platform comes up, answers, restarts a killed orchestrator, and
+stops cleanly."""
 
 import os
 import re
@@ -69,7 +70,9 @@ def test_omni_up_exits_non_zero_naming_the_component_that_failed(embedded_env, t
     assert "all components stopped" in result.stdout
 
 
-def test_a_component_that_dies_after_start_up_stops_everything_and_exits_non_zero(embedded_env, tmp_path):
+def test_a_killed_orchestrator_is_restarted_and_a_component_that_is_not_restartable_stops_everything(
+    embedded_env, tmp_path
+):
     port = free_port()
     up = Proc([PYTHON, "manage.py", "omni_up", "--port", str(port), "--concurrency", "1", *WEB], embedded_env,
               tmp_path / "up.log")  # fmt: skip
@@ -79,9 +82,43 @@ def test_a_component_that_dies_after_start_up_stops_everything_and_exits_non_zer
         pids = dict(re.findall(r"\[\s*([\w-]+)\] ready \(pid (\d+)\)", log))
         assert set(pids) == set(COMPONENTS), log
         os.kill(int(pids["orchestrator"]), signal.SIGKILL)
+        wait_for(lambda: "orchestrator exited with code -9; restarting it" in up.output(), timeout=30,
+                 what="the orchestrator restarted")  # fmt: skip
+        wait_for(lambda: "orchestrator " in up.output().split("restarting it", 1)[1]
+                 and " running" in up.output().split("restarting it", 1)[1], timeout=60,
+                 what="the new orchestrator running")  # fmt: skip
+        assert up.process.poll() is None  # the platform kept running
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+
+        os.kill(int(pids["web-1"]), signal.SIGKILL)  # the web tier is not restarted: a fault to report
         assert up.process.wait(timeout=60) != 0
-        assert "orchestrator exited with code -9; stopping everything" in up.output()
+        assert "web-1 exited with code -9; stopping everything" in up.output()
         assert "all components stopped" in up.output()
         wait_for(lambda: not any(pid_alive(int(pid)) for pid in pids.values()), timeout=15, what="children gone")
     finally:
         up.stop()
+
+
+def test_a_restartable_component_that_keeps_dying_is_reported_and_stops_the_platform():
+    import io
+    import sys
+
+    from control_plane.system.supervisor import Component, Supervisor
+
+    out = io.StringIO()
+    supervisor = Supervisor(out=out, max_restarts=2, restart_window_s=60)
+    crashing = Component(
+        "crashing",
+        [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"],
+        ready=lambda: True,
+        restart=True,
+    )
+    steady = Component("steady", [sys.executable, "-c", "import time; time.sleep(60)"], ready=lambda: True)
+    supervisor.start_group([steady, crashing])
+    try:
+        assert supervisor.watch() == 1
+    finally:
+        supervisor.stop_all()
+    log = out.getvalue()
+    assert log.count("crashing exited with code 3; restarting it") == 2
+    assert "crashing exited 3 times within 60 s" in log and "crashing exited with code 3; stopping everything" in log

@@ -91,3 +91,37 @@ def test_revoke_action(make_user, make_key):
     assert response.status_code == 302
     key.refresh_from_db()
     assert key.revoked_at is not None and bearer(secret).get("/api/quota/").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_adds_of_one_username_never_answer_500(make_user):
+    """Admins adding the same user at once: one is created, the others see the form's error."""
+    import threading
+
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    make_user("root", superuser=True)
+    root = get_user_model().objects.get(username="root")
+    threads_count = 6
+    barrier = threading.Barrier(threads_count)
+    statuses: list[int] = []
+
+    def add_dave():
+        try:
+            admin = session(root)
+            admin.raise_request_exception = False
+            barrier.wait(timeout=30)
+            response = admin.post("/admin/auth/user/add/", {"username": "dave", "password1": "a-long-pass-phrase",
+                                  "password2": "a-long-pass-phrase", "usable_password": "true"})  # fmt: skip
+            statuses.append(response.status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=add_dave) for _ in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(statuses) == [200] * (threads_count - 1) + [302], statuses
+    assert get_user_model().objects.filter(username="dave").count() == 1

@@ -41,7 +41,7 @@ PUBLIC_STATUSES = {
     "/api/docs/": only_get(200),
     "/v1/openapi.json": only_get(200),  # the /v1 routes' schema, public like /api/schema/
     "/health": only_get(200),
-    "/metrics": only_get(200),
+    "/metrics": only_get(401),  # a scraper's token or a staff session (tests/security/test_metrics_access.py)
     "/ready": only_get((200, 503)),  # 503 unless an orchestrator and a worker pool are up (a `make run`)
     "/v1/files/x/content": only_get(403),  # a signed URL: the token is the credential, "x" is forged
     "/v1/x": dict.fromkeys(("get", "post", "put", "patch", "delete"), 404),  # the OpenAI-shaped 404
@@ -190,6 +190,7 @@ def test_the_matrix_sees_the_routes_of_every_area():
     paths = {route.path for route in ROUTES}
     assert {"/api/keys/", "/api/usage/", "/api/quota/", "/admin/accounts/apikey/"} <= paths
     assert {"/api/requests/{request_id}/", "/api/artifacts/{artifact_id}/content/", "/v1/videos/{video_id}"} <= paths
+    assert {"/api/audit/", "/audit/"} <= paths
     assert set(PUBLIC_STATUSES) <= paths, f"public routes that no longer exist: {set(PUBLIC_STATUSES) - paths}"
 
 
@@ -207,7 +208,7 @@ def test_public_routes_answer_what_they_document(world):
     body = ready.json()
     assert set(body["components"]) >= {"database", "redis", "orchestrator", "workers"}
     assert (ready.status_code == 503) == bool(body["failing"]) and body["components"]["database"]["ok"]
-    assert anonymous.get("/metrics")["Content-Type"].startswith("text/plain")
+    assert anonymous.get("/metrics")["WWW-Authenticate"].startswith("Bearer")
     assert anonymous.post("/logout/")["Location"] == "/login/"
 
 

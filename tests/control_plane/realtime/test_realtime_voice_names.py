@@ -8,17 +8,11 @@ import asyncio
 
 import pytest
 from openai import AsyncOpenAI
-from procs import REPO
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not (REPO / "var/models/qwen2_5_omni/spk_dict.pt").exists(), reason="python -m stages.tiny var/models"
-    ),
 ]
-
-OMNI_DIR = str(REPO / "var" / "models" / "qwen2_5_omni")
 
 
 async def respond(stack, model: str):
@@ -36,9 +30,9 @@ async def respond(stack, model: str):
                     return event.response
 
 
-async def test_openai_voice_names_in_realtime(realtime_stack):
-    realtime_stack.deploy("omni", "qwen2_5_omni", {"map_openai_voices": True}, model_dir=OMNI_DIR)
-    realtime_stack.deploy("omni-strict", "qwen2_5_omni", {}, model_dir=OMNI_DIR)
+async def test_openai_voice_names_in_realtime(realtime_stack, tiny_omni):
+    realtime_stack.deploy("omni", "qwen2_5_omni", {"map_openai_voices": True}, model_dir=str(tiny_omni))
+    realtime_stack.deploy("omni-strict", "qwen2_5_omni", {}, model_dir=str(tiny_omni))
     await asyncio.to_thread(realtime_stack.wait_running, "omni", "omni-strict", timeout=600)
 
     mapped = await respond(realtime_stack, "omni")

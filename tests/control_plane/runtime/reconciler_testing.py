@@ -33,7 +33,7 @@ class Lifecycle:
         Replica.objects.filter(deployment=deployment).update(pool=self.pool)  # a queue no worker reads
         return deployment
 
-    def beat(self, replica: Replica, state: str = "READY", error: str | None = None) -> None:
+    def beat(self, replica: Replica, state: str = "READY", error: str | None = None, permanent: bool = False) -> None:
         status = ReplicaStatus(
             replica_id=str(replica.id),
             deployment_id=str(replica.deployment_id),
@@ -42,6 +42,7 @@ class Lifecycle:
             host=socket.gethostname(),
             pid=0,
             error=error,
+            permanent=permanent,
             ts=time.time(),
         )
         key = streams.replica_heartbeat(str(replica.id))

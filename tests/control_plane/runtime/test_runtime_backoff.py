@@ -84,3 +84,37 @@ def test_an_error_the_host_reports_is_kept_and_backs_off_from_the_settings(setti
     assert state_of(replica) == S.ERROR
     reconcile(now=now + seconds(2))
     assert state_of(replica) == S.PENDING
+
+
+def test_a_configuration_error_is_not_retried_until_the_deployment_restarts(settings, lifecycle):
+    settings.REPLICA_BACKOFF_BASE_S, settings.REPLICA_BACKOFF_MAX_S = 2.0, 3.0
+    deployment = lifecycle.deploy("misconfigured")
+    replica = deployment.replicas.get()
+    transition_from_current(Replica, replica.pk, S.LOADING)
+    lifecycle.beat(replica, "ERROR", error="loading failed: ConfigError: model: no config.json", permanent=True)
+    now = timezone.now()
+
+    reconcile(now=now)
+    lifecycle.silence(replica)
+    for later in (60, 3600, 86400 * 30):
+        reconcile(now=now + seconds(later))
+        assert state_of(replica) == S.ERROR
+    assert replica.state_reason.startswith("not retried")
+    deployment.refresh_from_db()
+    assert deployment.state == S.ERROR and "not retried" in deployment.state_reason
+    assert "no config.json" in deployment.state_reason
+
+
+def test_a_failing_deployment_says_when_it_retries_and_which_attempt(settings, lifecycle):
+    settings.REPLICA_BACKOFF_BASE_S, settings.REPLICA_BACKOFF_MAX_S = 20.0, 300.0
+    deployment = lifecycle.deploy("flaky")
+    replica = deployment.replicas.get()
+    transition_from_current(Replica, replica.pk, S.LOADING)
+    lifecycle.beat(replica, "ERROR", error="loading failed: RuntimeError: CUDA out of memory")
+    reconcile(now=timezone.now())
+    reconcile(now=timezone.now())
+    deployment.refresh_from_db()
+    assert deployment.state == S.ERROR
+    assert deployment.state_reason.startswith("echo replica failed, retrying in 20 s (attempt 2)"), (
+        deployment.state_reason
+    )

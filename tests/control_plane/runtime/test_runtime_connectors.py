@@ -9,7 +9,7 @@ import zlib
 
 import httpx
 import pytest
-from procs import wait_for
+from procs import METRICS_TOKEN, wait_for
 from runtime_serving import collect, request, text_of
 
 from stages.connectors import owned_segments
@@ -54,7 +54,7 @@ def test_a_large_payload_to_a_stage_on_this_host_goes_through_shared_memory(stac
     assert reader_stats["shm.get"]["bytes"] >= 4 * PAYLOAD_BYTES and reader_stats["shm.get"]["seconds"] > 0
     assert owned_segments(writer) == []
 
-    metrics = httpx.get(f"{stack.base}/metrics").text
+    metrics = httpx.get(f"{stack.base}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
     put = [line for line in metrics.splitlines() if line.startswith("omnistage_connector_bytes_total{")
            and 'connector="shm"' in line and 'direction="put"' in line and 'deployment="shm-chain"' in line]  # fmt: skip
     assert put and float(put[0].rsplit(" ", 1)[1]) >= 4 * PAYLOAD_BYTES, metrics[-2000:]

@@ -22,7 +22,10 @@ from control_plane.inference.models import InferenceRequest
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CONCURRENT = 200
-BURST = {"stages": {"echo": {"options": {"delay_s": 0.005}}}, "max_queue": 4 * CONCURRENT}
+BURST = {
+    "stages": {"echo": {"options": {"delay_s": 0.005}, "max_waiting": 4 * CONCURRENT}},
+    "max_queue": 4 * CONCURRENT,
+}
 
 
 def chat(words: int, **extra) -> dict:

@@ -71,6 +71,7 @@ async def test_remote_media_is_fetched_only_when_allowed_and_bounded(media_serve
 
     settings.FETCH_MEDIA_URLS = True
     settings.MEDIA_URL_HOSTS = ["127.0.0.1"]
+    settings.MEDIA_URL_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # a loopback test server: allowed explicitly
     settings.MAX_MEDIA_BYTES = 100_000
     (message,) = await prepare_messages(image_message(f"{media_server}/cat.png"))
     url = message["content"][1]["image_url"]["url"]

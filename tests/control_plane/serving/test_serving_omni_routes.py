@@ -7,25 +7,22 @@ from __future__ import annotations
 
 import openai
 import pytest
-from procs import REPO
 
 from control_plane.inference.models import InferenceRequest
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not (REPO / "var/models/qwen2_5_omni/spk_dict.pt").exists(), reason="python -m stages.tiny var/models"
-    ),
 ]
 
-OMNI_DIR = str(REPO / "var" / "models" / "qwen2_5_omni")
 SHORT = {"stages": {"talker": {"sampling": {"max_tokens": 24}}}}
 
 
-def test_omni_voices_responses_and_raw_completions(serving_stack):
-    serving_stack.deploy("omni", "qwen2_5_omni", model_dir=OMNI_DIR, deploy_config={**SHORT, "map_openai_voices": True})
-    serving_stack.deploy("omni-strict", "qwen2_5_omni", model_dir=OMNI_DIR, deploy_config=SHORT)
+def test_omni_voices_responses_and_raw_completions(serving_stack, tiny_omni):
+    serving_stack.deploy(
+        "omni", "qwen2_5_omni", model_dir=str(tiny_omni), deploy_config={**SHORT, "map_openai_voices": True}
+    )
+    serving_stack.deploy("omni-strict", "qwen2_5_omni", model_dir=str(tiny_omni), deploy_config=SHORT)
     serving_stack.wait_running("omni", "omni-strict", timeout=600)
     client = serving_stack.client(timeout=300)
 

@@ -11,14 +11,11 @@ import numpy as np
 import openai
 import pytest
 import soundfile
-from procs import REPO
 
 from control_plane.inference.models import InferenceRequest
 from control_plane.openai_compat.transcription_inputs import TRANSCRIBE, TRANSLATE
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-OMNI_DIR = REPO / "var" / "models" / "qwen2_5_omni"
 
 
 def clip(seconds: float = 1.5, rate: int = 16000, fmt: str = "WAV") -> bytes:
@@ -106,9 +103,8 @@ def bad_inputs(echo_stack, client, audio):
     assert as_json.status_code == 415 and as_json.json()["error"]["type"] == "invalid_request_error"
 
 
-@pytest.mark.skipif(not (OMNI_DIR / "spk_dict.pt").exists(), reason="python -m stages.tiny var/models builds it")
-def test_the_omni_thinker_transcribes_without_its_talker(serving_stack):
-    serving_stack.deploy("omni", "qwen2_5_omni", model_dir=str(OMNI_DIR))
+def test_the_omni_thinker_transcribes_without_its_talker(serving_stack, tiny_omni):
+    serving_stack.deploy("omni", "qwen2_5_omni", model_dir=str(tiny_omni))
     serving_stack.wait_running("omni", timeout=600)
     client = serving_stack.client(timeout=300)
     audio = ("speech.wav", clip(1.0), "audio/wav")

@@ -54,7 +54,7 @@ def through_the_api(stack, model: str) -> tuple[str, dict]:
     return reply.json()["id"], reply.json()["usage"]
 
 
-async def through_the_console(user, model: str) -> str:
+async def through_the_console(user, model: str, voice: str = "") -> str:
     client = Client()
     await sync_to_async(client.force_login)(user)
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
@@ -62,7 +62,7 @@ async def through_the_console(user, model: str) -> str:
     communicator = WebsocketCommunicator(application, "/ws/console/playground/", headers=headers)
     assert (await communicator.connect())[0]
     try:
-        data = {"prompt": TEXT, "max_tokens": MAX_TOKENS, "temperature": 0}
+        data = {"prompt": TEXT, "max_tokens": MAX_TOKENS, "temperature": 0, "voice": voice}
         await communicator.send_json_to({"type": "run", "ref": "r", "mode": "chat", "deployment": model, "input": data})
         while True:
             event = await communicator.receive_json_from(timeout=300)
@@ -73,10 +73,10 @@ async def through_the_console(user, model: str) -> str:
         await communicator.disconnect()
 
 
-async def through_realtime(stack, model: str) -> tuple[str, dict]:
+async def through_realtime(stack, model: str, modalities: tuple[str, ...] = ("text",)) -> tuple[str, dict]:
     headers = {"Authorization": f"Bearer {stack.user_secret}"}
     async with connect(f"ws://127.0.0.1:{stack.port}/v1/realtime?model={model}", additional_headers=headers) as ws:
-        session = {"output_modalities": ["text"], "max_output_tokens": MAX_TOKENS, "temperature": 0}
+        session = {"output_modalities": list(modalities), "max_output_tokens": MAX_TOKENS, "temperature": 0}
         await ws.send(json.dumps({"type": "session.update", "session": session}))
         item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": TEXT}]}
         await ws.send(json.dumps({"type": "conversation.item.create", "item": item}))
@@ -120,3 +120,41 @@ def test_the_same_chat_bills_the_same_through_every_interface_on_both_backends(
             json.dumps({"prompt_tokens": read, "completion_tokens": api_usage["completion_tokens"]}, sort_keys=True)
         }, backend
         assert {row.route for row in rows} == {"chat.completions", "realtime"}
+
+
+OMNI_DIR = REPO / "var" / "models" / "qwen2_5_omni"
+SHORT_TALKER = {"stages": {"talker": {"sampling": {"max_tokens": 24}}}}
+
+
+def omni_prompt_tokens() -> int:
+    from stages.models.qwen2_5_omni import processor
+
+    tokenizer = processor(str(OMNI_DIR)).tokenizer
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": TEXT}], add_generation_prompt=True, tokenize=False
+    )
+    return len(tokenizer(text)["input_ids"])
+
+
+@pytest.mark.skipif(not (OMNI_DIR / "spk_dict.pt").exists(), reason="python -m stages.tiny var/models")
+def test_a_spoken_chat_bills_the_thinkers_prompt_through_every_interface(serving_stack, serving_users, settings):
+    """The omni answering with audio: the thinker's prompt is billed whichever interface sent it."""
+    settings.REDIS_URL = serving_stack.redis.url
+    serving_stack.deploy("omni", "qwen2_5_omni", model_dir=str(OMNI_DIR), deploy_config=SHORT_TALKER)
+    serving_stack.wait_running("omni", timeout=600)
+    read = omni_prompt_tokens()
+    body = {"model": "omni", "messages": [{"role": "user", "content": TEXT}], "max_tokens": MAX_TOKENS,
+            "temperature": 0, "modalities": ["text", "audio"], "audio": {"voice": "Chelsie", "format": "wav"}}  # fmt: skip
+    reply = serving_stack.http("POST", "/v1/chat/completions", json=body, timeout=300)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["audio"]["data"]
+    console_id = asyncio.run(through_the_console(serving_users["user"][0], "omni", voice="Chelsie"))
+    realtime_id, realtime_usage = asyncio.run(through_realtime(serving_stack, "omni", ("audio",)))
+    assert reply.json()["usage"]["prompt_tokens"] == read
+    assert realtime_usage["input_tokens"] == read
+
+    serving_stack.history_written()
+    ids = [reply.json()["id"], console_id, realtime_id]
+    records = UsageRecord.objects.filter(request_id__in=ids)
+    assert sorted((r.request_id, r.text_tokens_in) for r in records) == sorted((i, read) for i in ids)
+    assert all(r.audio_seconds_out > 0 for r in records)

@@ -33,12 +33,11 @@ def references(omni_models):
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
-@pytest.mark.parametrize("async_chunk", [False, True])
-def test_omni_offline_api_equals_transformers(omni_models, references, family, async_chunk):
+def test_omni_offline_api_equals_transformers(omni_models, references, family):
     from stages.omni import Omni
 
     reference = references[family]
-    deploy = {"async_chunk": async_chunk, "stages": {"code2wav": {"first_chunk_size": 3, "async_chunk_size": 5}}}
+    deploy = {"stages": {"code2wav": {"first_chunk_size": 3, "async_chunk_size": 5}}}
     with Omni(omni_models[family], deploy=deploy) as omni:
         [result] = omni.generate(
             MESSAGES,

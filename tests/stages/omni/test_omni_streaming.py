@@ -376,3 +376,31 @@ async def test_omni_cancel_mid_audio_frees_every_stage(omni_models, family):
 
 def _engines(omni) -> list:
     return [replica.engine for replica in omni._driver.replicas.values()]
+
+
+def test_code2wav_drains_a_backlog_chunk_by_chunk(omni_models):
+    """A talker that outran the decoder: after the first chunk the rest of the codes (and the end of
+    input) arrive at once. They leave in chunk-sized windows, not in one long final decode, and the
+    audio still equals the whole-sequence decode."""
+    from stages.models.qwen3_omni import build_code2wav
+
+    codes = np.random.default_rng(1).integers(0, 2048, size=(80, 16)).astype(np.int32)
+    exact = {"code2wav_left_context": "exact"}
+    engine = build_code2wav(
+        omni_models["qwen3_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=10, options=exact)
+    )
+
+    def make(part, seq, finished):
+        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, payloads={"codes": to_wire(part)})
+
+    whole = _audio(_drive(engine, [codes], make))
+    lookahead = engine.decoder.lookahead
+    engine.add_request(make(codes[: 5 + lookahead], 0, False))
+    outputs = engine.step()
+    assert [output.params["frames"] for output in outputs] == [[0, 5]]
+    engine.add_chunk(make(codes[5 + lookahead :], 1, True))
+    while engine.has_unfinished():
+        outputs += engine.step()
+    spans = [end - start for start, end in (output.params["frames"] for output in outputs)]
+    assert max(spans[1:]) <= 10 + lookahead and len(outputs) >= 7, spans
+    assert np.allclose(_audio(outputs), whole, rtol=1e-5, atol=1e-6 * np.abs(whole).max())

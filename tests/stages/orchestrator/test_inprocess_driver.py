@@ -46,6 +46,18 @@ async def test_a_crashing_step_fails_the_replicas_requests_and_the_replica_keeps
         await driver.close()
 
 
+async def test_a_deploy_config_with_stage_groups_runs_the_chain_in_process_as_without():
+    driver = driver_for("voice", stages={"echo": {"group": "g"}, "voice": {"group": "g"}})
+    await driver.start()
+    try:
+        events = await run(driver, "r", "one two")
+        assert isinstance(events[-1], Complete)
+        assert "".join(e.output.text for e in events if isinstance(e, Emit)) == "one two"
+        assert any("audio" in e.output.payloads for e in events if isinstance(e, Emit))
+    finally:
+        await driver.close()
+
+
 async def test_cancel_reaches_every_stage_of_a_chain():
     driver = driver_for(
         "chain", stages={"echo": {"options": {"delay_s": 0.01}}, "echo2": {"options": {"delay_s": 0.01}}}
@@ -68,7 +80,8 @@ async def test_cancel_reaches_every_stage_of_a_chain():
 
 
 async def test_many_concurrent_requests_all_complete_in_order():
-    driver = driver_for("chain", stages={"echo": {"replicas": 2}, "echo2": {"replicas": 2}}, max_queue=200)
+    stages = {"echo": {"replicas": 2, "max_waiting": 50}, "echo2": {"replicas": 2, "max_waiting": 50}}
+    driver = driver_for("chain", stages=stages, max_queue=200)
     await driver.start()
     try:
         prompts = {f"r{i}": " ".join(f"t{i}_{j}" for j in range(i % 7 + 1)) for i in range(100)}

@@ -13,6 +13,13 @@ let current = null;
 wireCodeTabs();
 preselectDeployment();
 
+// The newest reply stays in sight: the log scrolls to its end, and the page scrolls the log's end
+// into the window, also when the reply grows after its text (its audio player, its links).
+function showLatest(node) {
+  log.scrollTop = log.scrollHeight;
+  node.scrollIntoView({ block: "nearest" });
+}
+
 async function attachments() {
   const files = [...document.getElementById("attachments").files];
   return Promise.all(files.map(async (file) => ({
@@ -36,12 +43,12 @@ form.addEventListener("submit", async (event) => {
   const meta = el("div", { class: "meta" }, "…");
   reply.append(text, meta);
   log.append(reply);
-  log.scrollTop = log.scrollHeight;
+  showLatest(reply);
   form.querySelector("button[type=submit]").disabled = true;
   stop.disabled = false;
   current = await socket.run("chat", values.deployment, input, (message) => {
     if (message.type === "started") { showCode(message.code); reply.dataset.requestId = message.request_id; }
-    else if (message.type === "text") { text.textContent += message.delta; log.scrollTop = log.scrollHeight; }
+    else if (message.type === "text") { text.textContent += message.delta; showLatest(reply); }
     else if (message.type === "audio") { player.push(message.pcm, message.sample_rate); meta.textContent = `playing audio… ${player.seconds.toFixed(2)} s`; }
     else if (message.type === "done") finish(message);
     else if (message.type === "cancelled") { finish(null); meta.textContent = "stopped"; }
@@ -62,7 +69,9 @@ form.addEventListener("submit", async (event) => {
       const file = player.download(values.audio_format);
       const download = el("a", { href: URL.createObjectURL(file.blob), download: `${done.request_id}.${file.extension}`, class: "small" }, `download ${file.extension.toUpperCase()}`);
       reply.append(audio, download);
+      audio.addEventListener("loadedmetadata", () => showLatest(reply), { once: true });
     }
+    showLatest(reply);
     form.querySelector("[name=prompt]").value = "";
   }
 });

@@ -28,8 +28,8 @@ export function showCode(code) {
   box.querySelector('[data-code="python"]').textContent = code.python;
 }
 
-export function wireCodeTabs() {
-  const box = document.getElementById("view-code");
+export function wireCodeTabs(boxId = "view-code") {
+  const box = document.getElementById(boxId);
   if (!box) return;
   box.querySelectorAll("[data-code-tab]").forEach((button) => {
     button.addEventListener("click", () => {

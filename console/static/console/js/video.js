@@ -8,6 +8,20 @@ const jobs = document.getElementById("jobs");
 
 wireCodeTabs();
 preselectDeployment();
+applyFrameDefaults();
+document.getElementById("deployment").addEventListener("change", applyFrameDefaults);
+
+// The frame count a video family's engines accept is 4k + 1 (its published frame_multiple): the
+// field starts on the chosen deployment's default and steps by its multiple.
+function applyFrameDefaults() {
+  const option = document.getElementById("deployment").selectedOptions[0];
+  const frames = document.getElementById("num_frames");
+  if (!option?.dataset.numFrames) return;
+  const multiple = Number(option.dataset.frameMultiple);
+  frames.value = option.dataset.numFrames;
+  frames.step = String(multiple);
+  document.getElementById("num-frames-help").textContent = multiple > 1 ? `${multiple}k + 1 frames` : "";
+}
 
 form.addEventListener("submit", async (event) => {
   event.preventDefault();

@@ -46,3 +46,4 @@ class Command(BaseCommand):
                 self.stdout.write(
                     self.style.SUCCESS(f"Created demo deployment '{deployment.name}' ({deployment.pipeline.name})")
                 )
+        call_command("sync_models", stdout=self.stdout)

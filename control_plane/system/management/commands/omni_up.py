@@ -1,6 +1,7 @@
 """Start the embedded platform: Redis (unless REDIS_URL is set), a worker pool, the
 orchestrator, the history writer and the web tier (OMNISTAGE_WEB_PROCESSES daphne processes on
-one port), and stop them all on Ctrl-C or SIGTERM."""
+one port), and stop them all on Ctrl-C or SIGTERM. The worker pool, the orchestrator and the
+history writer are restarted when they die (`Supervisor.watch`)."""
 
 from __future__ import annotations
 
@@ -104,16 +105,17 @@ class Command(BaseCommand):
             "-Q", pools, "-c", str(concurrency), "-n", f"{pools.split(',')[0]}@%h", "-l", "INFO",
         ]  # fmt: skip
         pattern = streams.pool_heartbeat_pattern()
-        return Component("worker", argv, ready=lambda: _any_key(pattern), ready_timeout_s=120, env=env)
+        return Component("worker", argv, ready=lambda: _any_key(pattern), ready_timeout_s=120, env=env, restart=True)
 
     def _orchestrator(self, env: dict[str, str]) -> Component:
         argv = [sys.executable, "manage.py", "orchestrator"]
         pattern = streams.orchestrator_heartbeat_pattern()
-        return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env)
+        return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env, restart=True)
 
     def _history_writer(self, env: dict[str, str]) -> Component:
         argv = [sys.executable, "manage.py", "history_writer"]
-        return Component("history", argv, ready=lambda: _any_key(history_writer_heartbeat_pattern()), env=env)
+        ready = lambda: _any_key(history_writer_heartbeat_pattern())  # noqa: E731
+        return Component("history", argv, ready=ready, env=env, restart=True)
 
 
 def _any_key(pattern: str) -> bool:

@@ -1,0 +1,41 @@
+"""The Celery lifecycle tasks a replica's host is started and stopped with, sent to the replica's
+pool: the reconciler sends both, deleting a deployment stops its replicas at once."""
+
+from __future__ import annotations
+
+import msgspec
+
+from control_plane.celery import app as celery_app
+from control_plane.deployments.models import Replica
+from stages.config import load_deploy_config, load_pipeline_config
+from stages.protocol import ReplicaSpec
+
+
+def replica_spec(replica: Replica) -> ReplicaSpec:
+    deployment = replica.deployment
+    pipeline = load_pipeline_config(deployment.pipeline.config)
+    deploy = load_deploy_config(deployment.deploy_config)
+    stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
+    members = {name: msgspec.to_builtins(deploy.for_stage(pipeline.stage_named(name))) for name in replica.members}
+    return ReplicaSpec(
+        replica_id=str(replica.id),
+        deployment_id=str(deployment.id),
+        family=deployment.pipeline.family,
+        pipeline=deployment.pipeline.config,
+        stage=replica.stage,
+        stage_id=replica.stage_id,
+        model_dir=deployment.model_dir,
+        stage_deploy=msgspec.to_builtins(stage_deploy),
+        device=replica.device,
+        group=replica.group,
+        members=members if replica.group else {},
+    )
+
+
+def start_replica(replica: Replica) -> None:
+    spec = msgspec.to_builtins(replica_spec(replica))
+    celery_app.send_task("workers.start_replica", args=[spec], queue=replica.pool)
+
+
+def stop_replica(replica: Replica) -> None:
+    celery_app.send_task("workers.stop_replica", args=[str(replica.id)], queue=replica.pool)
