@@ -62,6 +62,7 @@ class Code2WavDecoder:
         self.num_quantizers = config.num_quantizers
         self.codebook_size = config.codebook_size
         self.samples_per_frame = int(module.total_upsample)
+        self.seconds_per_frame = self.samples_per_frame / SAMPLE_RATE
         self.left_context = self.exact_left_context(config) if left_context is None else left_context
         is_cuda = str(device).startswith("cuda")
         self.graphs = WindowGraphs(module, max_graphs, max_batch) if cuda_graphs and is_cuda else None

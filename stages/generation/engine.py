@@ -1,16 +1,18 @@
 """The generation stage engine: codec frames in, audio out, in chunks, batched across requests.
 
-Each request collects codec frames as they stream in from the talker. A request is due
-when it holds enough frames for its next chunk plus the decoder's right look-ahead
-(`first_chunk_size` frames for the first chunk — a fast first packet — then
-`async_chunk_size`), or when its input is complete. A request whose frames all arrived
-before its first chunk is decoded as one whole sequence (that is the async-chunk-off
-path, and it equals the model's own whole-sequence decoding exactly); a streamed request whose
-input ended with a backlog drains it chunk by chunk, each decode bounded. Due windows of
-the same shape are decoded in one batched forward (`WindowDecoder.decode`); each chunk's
-audio is the window's samples for the chunk's frames, the left context and look-ahead
-cut off (a decoder may batch more widely: its `batch_key`). A failing batch is retried request by
-request, so one bad request fails alone.
+Each request collects codec frames as they stream in from the talker. Its window policy
+(stages/generation/window_policy.py) says when it is due and for which frames: a small first
+window (`first_chunk_size`: a fast first packet), then `async_chunk_size` frames, then, with a
+growing policy, larger windows (what it has, once its audio buffered ahead of playback runs low);
+or the rest once its input is complete (a backlog larger than the next window drains window by
+window, each decode bounded). A request whose frames all arrived before its first chunk is decoded as
+one whole sequence (that is the async-chunk-off path, and it equals the model's own
+whole-sequence decoding exactly). Each step decodes every due window, windows of the same shape
+(the decoder's `batch_key`, by default the same start, end and finality) in one forward of up to
+`max_batch` windows (`WindowDecoder.decode`), the batch of the request whose audio runs out first
+first; each chunk's audio is the window's samples for the chunk's frames, the
+left context and look-ahead cut off. A failing batch is retried request by request, so one bad
+request fails alone.
 
 Audio leaves as `payloads["audio"]` (float32, mono) with `params["sample_rate"]`.
 """
@@ -27,6 +29,7 @@ import numpy as np
 from stages.config import StageDeployConfig
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest, StageFailure
+from stages.generation.window_policy import WindowPolicy, earliest_deadline_first
 from stages.protocol import StageError, StageOutput, StageRequest
 from stages.tensors import to_wire
 
@@ -52,10 +55,21 @@ class CodeStream:
     emitted: int = 0
     seq: int = 0
     started: float = field(default_factory=time.perf_counter)
+    windows: int = 0
+    first_audio_at: float | None = None
+
+    @property
+    def available(self) -> int:
+        return len(self.frames)
+
+    @property
+    def arrived(self) -> float:
+        return self.started
 
 
 class WindowDecoder(Protocol):
     sample_rate: int
+    seconds_per_frame: float
     lookahead: int
     """Frames after a chunk the decoder must see before that chunk's audio is final."""
 
@@ -73,19 +87,37 @@ class WindowDecoder(Protocol):
 
 
 class GenerationEngine(StageEngine):
-    def __init__(self, decoder: WindowDecoder, stage_deploy: StageDeployConfig, stage_id: int = 2):
+    def __init__(
+        self,
+        decoder: WindowDecoder,
+        stage_deploy: StageDeployConfig,
+        stage_id: int = 2,
+        policy: WindowPolicy | None = None,
+        clock=time.perf_counter,
+    ):
         self.decoder = decoder
         self.stage_id = stage_id
         self.max_batch = stage_deploy.max_batch
         self.max_frames = stage_deploy.max_length
-        self.first_chunk = stage_deploy.first_chunk_size
-        self.chunk = stage_deploy.async_chunk_size
+        self.policy = policy or WindowPolicy.fixed(
+            stage_deploy.first_chunk_size,
+            stage_deploy.async_chunk_size,
+            getattr(decoder, "seconds_per_frame", 0.0),
+            decoder.lookahead,
+        )
+        self.clock = clock
         self.streams: dict[str, CodeStream] = {}
+
+    def warm_up(self) -> None:
+        """Let the decoder prepare the window shapes this engine's policy makes (CUDA graphs)."""
+        warm_up = getattr(self.decoder, "warm_up", None)
+        if warm_up is not None:
+            warm_up(self.policy.planned_windows(self.max_frames), self.max_batch)
 
     def add_request(self, request: StageRequest) -> None:
         if request.request_id in self.streams:
             raise InvalidRequest("request_id", f"request {request.request_id!r} is already running")
-        stream = CodeStream(request.request_id, self.decoder.open(request))
+        stream = CodeStream(request.request_id, self.decoder.open(request), started=self.clock())
         self._extend(stream, request)
         self.streams[request.request_id] = stream
 
@@ -102,27 +134,18 @@ class GenerationEngine(StageEngine):
         stream.input_done = stream.input_done or request.finished
 
     def step(self) -> list[StageOutput]:
-        windows = [window for window in map(self._due_window, self.streams.values()) if window][: self.max_batch]
+        """Decode every due window, windows of one shape in one batch, the batch of the request whose
+        audio runs out first first."""
+        now = self.clock()
+        due = []
+        for stream in earliest_deadline_first(self.policy, list(self.streams.values())):
+            span = self.policy.next_window(stream, now)
+            if span is not None:
+                due.append(Window(stream, *span))
         outputs = []
-        for group in _same_shape_groups(windows, getattr(self.decoder, "batch_key", _frames_span)):
-            outputs.extend(self._decode_group(group))
+        for batch in _batches(due, getattr(self.decoder, "batch_key", _frames_span), self.max_batch):
+            outputs.extend(self._decode_group(batch))
         return outputs
-
-    def _due_window(self, stream: CodeStream) -> Window | None:
-        available = len(stream.frames)
-        if stream.input_done and (stream.emitted == 0 or available - stream.emitted <= self._backlog_limit):
-            return Window(stream, stream.emitted, available, final=True)
-        size = self.first_chunk if stream.emitted == 0 else self.chunk
-        end = stream.emitted + size
-        if available >= end + self.decoder.lookahead:
-            return Window(stream, stream.emitted, end, final=False)
-        return None
-
-    @property
-    def _backlog_limit(self) -> int:
-        """Frames a streamed request's last window may hold: a talker that outran the decoder leaves
-        a backlog, drained chunk by chunk so that no single decode runs for long."""
-        return self.chunk + self.decoder.lookahead
 
     def _decode_group(self, group: list[Window]) -> list[StageOutput]:
         began = time.perf_counter()
@@ -139,7 +162,7 @@ class GenerationEngine(StageEngine):
             first.end,
             len(group),
             time.perf_counter() - began,
-            time.perf_counter() - first.stream.started,
+            self.clock() - first.stream.started,
             len(first.stream.frames),
         )
         return [self._emit(window, audio) for window, audio in zip(group, audios, strict=False)]
@@ -147,6 +170,9 @@ class GenerationEngine(StageEngine):
     def _emit(self, window: Window, audio: np.ndarray) -> StageOutput:
         stream = window.stream
         stream.emitted = window.end
+        stream.windows += 1
+        if stream.first_audio_at is None:
+            stream.first_audio_at = self.clock()
         output = StageOutput(
             request_id=stream.request_id,
             stage_id=self.stage_id,
@@ -159,7 +185,7 @@ class GenerationEngine(StageEngine):
         )
         stream.seq += 1
         if window.final:
-            output.metrics["stage_duration_s"] = time.perf_counter() - stream.started
+            output.metrics["stage_duration_s"] = self.clock() - stream.started
             del self.streams[stream.request_id]
         return output
 
@@ -185,11 +211,12 @@ def _frames_span(window: Window) -> tuple[int, int, bool]:
     return window.start, window.end, window.final
 
 
-def _same_shape_groups(windows: list[Window], key) -> list[list[Window]]:
+def _batches(windows: list[Window], key, max_batch: int) -> list[list[Window]]:
+    """Windows of equal keys together, at most `max_batch` each, in the order of their first window."""
     groups: dict[Any, list[Window]] = {}
     for window in windows:
         groups.setdefault(key(window), []).append(window)
-    return list(groups.values())
+    return [group[i : i + max_batch] for group in groups.values() for i in range(0, len(group), max_batch)]
 
 
 def _describe() -> tuple[str, str | None]:

@@ -20,17 +20,22 @@ from the whole decode is bounded in tests/stages/omni/test_omni_streaming.py.
 
 One window decode is ~36 DiT evaluations plus BigVGAN: tens of thousands of small kernels, so
 on a GPU it is bound by launching them. With `cuda_graphs` (on by default on CUDA) one DiT
-evaluation of each window shape (batch, codes) is captured in a CUDA graph the first time that
-shape is decoded (one eager evaluation and one captured: 0.1-0.2 s on an H200, where capturing
-the whole ODE took 2-4 s), sharing one memory pool, and replayed for each of the ODE's
-evaluations from then on; `max_graphs` bounds how many shapes are kept (least recently used
-first out). Batches above `max_graph_batch` (4) run eagerly: there the arithmetic dominates and
-a graph gains nothing. The ODE loop has no host syncs (transformers' `RungeKutta4ODESolver`
-steps, without its interpolation checks), and the speaker encoder (ECAPA, which syncs) runs once
-per decode before it, so eager and captured decodes compute the same thing. BigVGAN stays eager
-(it ends on the CPU).
+evaluation is captured in a CUDA graph per window span length and batch bucket (1, 2, 4, 8, then
+every 16 up to the stage's `max_batch`), sharing one memory pool, and replayed for each of the
+ODE's evaluations; a batch of n windows replays the smallest bucket >= n, its rows padded with
+copies of the first window's (their output is dropped). `warm_up` captures every bucket of the
+span lengths the engine's window policy makes (its planned windows) when the stage is built, so
+no request pays a capture; a shape first seen mid-stream (a final window, an early one) is
+captured then (one eager evaluation and one captured: 0.1-0.2 s on an H200), and `max_graphs`
+bounds how many shapes are kept (least recently used first out). Windows of one span length and
+one voice's reference length batch whatever their starts (`batch_key`): the decode of a window
+depends only on its codes, noise rows and voice. The ODE loop has no host syncs (transformers'
+`RungeKutta4ODESolver` steps, without its interpolation checks), and the speaker encoder (ECAPA,
+which syncs) runs once per decode before it, so eager and captured decodes compute the same thing.
+BigVGAN stays eager (it ends on the CPU).
 
-Precision: float32 by default, as transformers runs it. `dit_autocast` / `vocoder_autocast`
+Precision: float32 by default, as transformers runs it (the family's builder, on CUDA, turns on
+`dit_autocast` and `compile_blocks` unless their options say otherwise). `dit_autocast` / `vocoder_autocast`
 ("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the weights
 kept as loaded (benchmarks/token2wav_windows.py measures speed and the difference from float32).
 `compile_blocks` (option `token2wav_compile`) fuses each DiT block's small kernels with
@@ -49,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from stages.errors import ConfigError, InvalidRequest
-from stages.generation.engine import Window
+from stages.generation.engine import CodeStream, Window
 from stages.protocol import StageRequest
 
 logger = logging.getLogger(__name__)
@@ -63,6 +68,7 @@ DIT_RECOMPILE_LIMIT = 16
 
 class Token2WavDecoder:
     sample_rate = SAMPLE_RATE
+    seconds_per_frame = 2 * MEL_SAMPLES / SAMPLE_RATE
 
     def __init__(
         self,
@@ -78,7 +84,7 @@ class Token2WavDecoder:
         sway: float = -1.0,
         cuda_graphs: bool = True,
         max_graphs: int = 128,
-        max_graph_batch: int = 4,
+        max_batch: int = 16,
         dit_autocast: str | None = None,
         vocoder_autocast: str | None = None,
         compile_blocks: bool = False,
@@ -90,6 +96,7 @@ class Token2WavDecoder:
         self.device = device
         self.max_frames = max_frames
         self.repeats = self.dit.config.repeats
+        self.seconds_per_frame = self.repeats * MEL_SAMPLES / SAMPLE_RATE
         self.block = self.dit.config.block_size // self.repeats
         self.left_context = left_context
         self.lookahead = lookahead
@@ -103,9 +110,38 @@ class Token2WavDecoder:
         if compile_blocks:
             compile_dit_blocks(self.dit)
         self.graphs = (
-            EvaluationGraphs(self._ode_function, max_graphs, max_graph_batch)
-            if cuda_graphs and _is_cuda(device)
-            else None
+            EvaluationGraphs(self._ode_function, max_graphs, max_batch) if cuda_graphs and _is_cuda(device) else None
+        )
+
+    @property
+    def align(self) -> int:
+        """Codes per DiT attention block: window ends on these keep steady spans of one length."""
+        return self.block
+
+    def batch_key(self, window: Window) -> tuple[int, int]:
+        start, end = self._span(window)
+        return end - start, window.stream.conditioning["ref_mel"].shape[1]
+
+    def warm_up(self, windows: list[tuple[int, int]], max_batch: int) -> None:
+        """Capture the graphs of every batch bucket up to `max_batch` for each span length of these
+        (non-final) windows, by decoding them once; nothing to do without graphs."""
+        if self.graphs is None:
+            return
+        began = time.perf_counter()
+        stream = CodeStream("warm-up", self.open(StageRequest(request_id="warm-up")), [0] * self.max_frames)
+        by_span = {}
+        for start, end in windows:
+            window = Window(stream, start, end, final=False)
+            by_span.setdefault(self.batch_key(window), window)
+        for window in by_span.values():
+            for size in self.graphs.sizes:
+                if size <= max_batch:
+                    self.decode([window] * size)
+        logger.info(
+            "token2wav: %d span length(s) x batch %s warmed up in %.1f s",
+            len(by_span),
+            self.graphs.sizes,
+            time.perf_counter() - began,
         )
 
     def open(self, request: StageRequest) -> Any:
@@ -207,8 +243,7 @@ class Token2WavDecoder:
 
         conditioning = cond.unsqueeze(1).repeat(1, codes.shape[1] * self.repeats, 1)
         window = (conditioning, ref_mel, codes, self._speaker_features(ref_mel))
-        batch_fits = codes.shape[0] <= (self.graphs.max_batch if self.graphs else 0)
-        function = self.graphs.function(window, initial_state) if batch_fits else self._ode_function(*window)
+        function = self.graphs.function(window, initial_state) if self.graphs else self._ode_function(*window)
         times = torch.linspace(0, 1, self.num_steps, device=codes.device, dtype=conditioning.dtype)
         if self.sway is not None:
             times += self.sway * (torch.cos(torch.pi / 2 * times) - 1 + times)
@@ -255,38 +290,53 @@ class Token2WavDecoder:
 
 
 class EvaluationGraphs:
-    """CUDA graphs of one ODE evaluation (one DiT forward), one per window shape.
+    """CUDA graphs of one ODE evaluation (one DiT forward), one per window shape and batch bucket.
 
-    The window's tensors (conditioning, reference mel, codes, speaker features) are copied into the
-    shape's static buffers once per decode, the state and time point once per evaluation; the RK4
-    arithmetic between evaluations stays eager (a few hundred small kernels per window). A new shape
-    costs one eager evaluation (on a side stream, as capture requires) and one captured, so a window
-    shape first seen mid-stream (a final chunk, a new batch size) delays its audio by a fraction of a
-    second, not by seconds. A shape that fails to capture runs eagerly from then on.
+    A batch of n windows runs in the graph of the smallest bucket >= n (`sizes`: 1, 2, 4, 8, then
+    every 16 up to `max_batch`; larger batches run eagerly): the window's tensors (conditioning,
+    reference mel, codes, speaker features) are copied into the bucket's static buffers once per
+    decode, the padding rows holding the first window's, the state and time point once per
+    evaluation, and the first n rows of the output are the batch's. The RK4 arithmetic between
+    evaluations stays eager (a few hundred small kernels per window). A new shape costs one eager
+    evaluation (on a side stream, as capture requires) and one captured. A shape that fails to
+    capture runs eagerly from then on. With `capture=False` the same padded static-buffer
+    evaluation runs eagerly (on any device): the tests check the padding with it on CPU.
     """
 
-    def __init__(self, ode_function, max_graphs: int, max_batch: int):
+    def __init__(self, ode_function, max_graphs: int, max_batch: int, capture: bool = True):
+        from stages.ar.cuda_graphs import bucket_sizes
+
         self.ode_function = ode_function
         self.max_graphs = max(1, max_graphs)
         self.max_batch = max_batch
+        self.sizes = bucket_sizes(max_batch)
+        self.capture = capture
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self.pool = None
         self.uncapturable: set[tuple] = set()
 
+    def bucket(self, count: int) -> int | None:
+        """The padded batch a batch of `count` windows runs at (None: too large, eager)."""
+        return next((size for size in self.sizes if size >= count), None)
+
     def function(self, window: tuple, state):
         """The ODE's function for this window: `f(time_step, state) -> derivative`."""
-        key = tuple((tuple(t.shape), t.dtype) for t in (*window, state))
-        if key in self.uncapturable:
+        count = state.shape[0]
+        size = self.bucket(count)
+        key = (size, *((tuple(t.shape[1:]), t.dtype) for t in (*window, state)))
+        if size is None or key in self.uncapturable:
             return self.ode_function(*window)
+        padded = [_pad_window_rows(t, count, size) for t in window]
         captured = self.graphs.get(key)
         if captured is None:
-            captured = self._capture(key, window, state)
+            captured = self._capture(key, padded, _pad_rows(state, size))
             if captured is None:
                 return self.ode_function(*window)
         self.graphs.move_to_end(key)
-        for static, given in zip(captured.window, window, strict=True):
+        for static, given in zip(captured.window, padded, strict=True):
             static.copy_(given)
-        return captured.evaluate
+        captured.state[count:].copy_(state[:1].expand_as(captured.state[count:]))
+        return lambda time_step, value: captured.evaluate(count, time_step, value)
 
     def retry_uncapturable(self) -> None:
         """Capture again, on their next decode, the shapes whose capture failed."""
@@ -299,6 +349,10 @@ class EvaluationGraphs:
         static_window = [t.clone() for t in window]
         static_time, static_state = torch.zeros((), dtype=state.dtype, device=state.device), state.clone()
         function = self.ode_function(*static_window)
+        if not self.capture:
+            captured = _Captured(None, static_window, static_time, static_state, None, function)
+            self.graphs[key] = captured
+            return captured
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -319,26 +373,53 @@ class EvaluationGraphs:
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)
         logger.info(
-            "token2wav: evaluation of %s codes captured in %.3f s", tuple(window[2].shape), time.perf_counter() - began
+            "token2wav: evaluation of %s codes (batch bucket %d) captured in %.3f s",
+            tuple(window[2].shape),
+            key[0],
+            time.perf_counter() - began,
         )
         return captured
 
 
 @dataclass
 class _Captured:
-    """One shape's graph and the static tensors it reads and writes."""
+    """One shape's graph and the static tensors it reads and writes (`eager`: the function that runs
+    in place of the graph when nothing is captured)."""
 
     graph: Any
     window: list
     time_step: Any
     state: Any
     output: Any
+    eager: Any = None
 
-    def evaluate(self, time_step, state):
+    def evaluate(self, count: int, time_step, state):
         self.time_step.copy_(time_step)
-        self.state.copy_(state)
+        self.state[:count].copy_(state)
+        if self.graph is None:
+            return self.eager(self.time_step, self.state)[:count].clone()
         self.graph.replay()
-        return self.output.clone()
+        return self.output[:count].clone()
+
+
+def _pad_window_rows(tensor, count: int, size: int):
+    """A window tensor of `count` rows padded to `size`; one of 2 x `count` rows (the speaker features of
+    classifier-free guidance: conditioned rows, then unconditioned) padded half by half."""
+    import torch
+
+    if tensor.shape[0] == 2 * count:
+        return torch.cat([_pad_rows(half, size) for half in tensor.chunk(2)])
+    return _pad_rows(tensor, size)
+
+
+def _pad_rows(tensor, size: int):
+    """`tensor` with its first row repeated below it up to `size` rows."""
+    import torch
+
+    missing = size - tensor.shape[0]
+    if missing == 0:
+        return tensor
+    return torch.cat([tensor, tensor[:1].expand(missing, *tensor.shape[1:])])
 
 
 def compile_dit_blocks(dit) -> None:

@@ -210,6 +210,7 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
 
     from stages.generation.engine import GenerationEngine
     from stages.generation.token2wav import Token2WavDecoder
+    from stages.generation.window_policy import window_policy
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
@@ -223,6 +224,7 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         dummy_seed=dummy_seed(stage_deploy),
     )
     options = stage_deploy.options
+    cuda = str(stage_deploy.device).startswith("cuda")
     decoder = Token2WavDecoder(
         module,
         speakers(model_dir),
@@ -231,11 +233,19 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         left_context=int(options.get("token2wav_left_context", 48)),
         lookahead=int(options.get("token2wav_lookahead", 12)),
         cuda_graphs=bool(options.get("token2wav_cuda_graphs", True)),
-        dit_autocast=options.get("token2wav_dit_autocast"),
+        max_batch=stage_deploy.max_batch,
+        # The GPU recipe by default on CUDA; each part turns off with its option set to null / false.
+        dit_autocast=options.get("token2wav_dit_autocast", "bfloat16" if cuda else None),
         vocoder_autocast=options.get("token2wav_vocoder_autocast"),
-        compile_blocks=options.get("token2wav_compile", False),
+        compile_blocks=options.get("token2wav_compile", cuda),
     )
-    return GenerationEngine(decoder, stage_deploy, stage_id=2)
+    policy = window_policy(
+        stage_deploy, decoder.seconds_per_frame, decoder.lookahead, decoder.align, 96 if cuda else 192
+    )
+    engine = GenerationEngine(decoder, stage_deploy, stage_id=2, policy=policy)
+    if options.get("token2wav_warm_up", True):
+        engine.warm_up()
+    return engine
 
 
 family = Qwen25OmniFamily()

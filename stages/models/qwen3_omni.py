@@ -241,6 +241,7 @@ def build_code2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
 
     from stages.generation.code2wav import Code2WavDecoder
     from stages.generation.engine import GenerationEngine
+    from stages.generation.window_policy import window_policy
     from stages.models.omni_weights import load_submodule
 
     model_dir = str(model_dir)
@@ -262,7 +263,8 @@ def build_code2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         max_graphs=int(options.get("code2wav_max_graphs", 64)),
         max_batch=stage_deploy.max_batch,
     )
-    return GenerationEngine(decoder, stage_deploy, stage_id=2)
+    policy = window_policy(stage_deploy, decoder.seconds_per_frame, decoder.lookahead, 1, stage_deploy.async_chunk_size)
+    return GenerationEngine(decoder, stage_deploy, stage_id=2, policy=policy)
 
 
 def _left_context(value) -> int | None:
