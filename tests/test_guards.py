@@ -27,9 +27,12 @@ def test_layering_contracts_hold():
 
 
 # What the control plane and the console may use of the engine library: configuration, the wire
-# protocol, the streams' names and the in-process orchestrator core. A new entry is a decision.
+# protocol, the streams' names, the in-process orchestrator core and the torch-free request
+# bounds (audio cap, context truncation). A new entry is a decision.
 CONTROL_PLANE_USES_OF_STAGES = {
+    "stages.audio_cap",
     "stages.config",
+    "stages.context_truncation",
     "stages.errors",
     "stages.groups",
     "stages.heartbeat",
