@@ -79,3 +79,16 @@ def pytest_collection_modifyitems(config, items):
 def pytest_sessionfinish(session, exitstatus):
     """Stop any live server a failed fixture left running (it would hold ports and connections)."""
     stop_all()
+
+
+@pytest.fixture(scope="session")
+def repo_tiny_models():
+    """The tiny demo checkpoints the tests open under the repository's var/models (where `make run`
+    builds them): built once per run if a clean checkout has none (complete ones are kept)."""
+    import subprocess
+
+    from procs import PYTHON
+
+    subprocess.run([PYTHON, "-m", "stages.tiny", str(REPO / "var" / "models"), "--only", "qwen2", "qwen2_5_omni"],
+                   cwd=REPO, check=True, capture_output=True)  # fmt: skip
+    return REPO / "var" / "models"

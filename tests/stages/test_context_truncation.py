@@ -13,7 +13,7 @@ MODEL = str(REPO / "var" / "models" / "qwen2_5_omni")
 
 
 @pytest.fixture(scope="module")
-def processor():
+def processor(repo_tiny_models):
     from stages.models.qwen2_5_omni import processor
 
     return processor(MODEL)

@@ -31,7 +31,9 @@ def create(client, pipeline: str, model_dir: str, deploy_config: dict | None = N
 
 
 @pytest.mark.django_db
-def test_a_checkpoint_that_cannot_serve_is_refused_naming_model_dir(client, tmp_path, monkeypatch, settings):
+def test_a_checkpoint_that_cannot_serve_is_refused_naming_model_dir(
+    client, tmp_path, monkeypatch, settings, repo_tiny_models
+):
     settings.MODEL_DIR_ROOTS = [tmp_path, MODELS]  # checkpoints may live under these
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config.json").write_text("{not json")

@@ -37,10 +37,7 @@ def test_the_default_cap():
     assert talker_codes_cap("qwen2_5_omni", 2.0) == 100 and talker_codes_cap("echo", 2.0) is None
 
 
-@pytest.mark.skipif(
-    not (REPO / "var/models/qwen2_5_omni/spk_dict.pt").exists(), reason="python -m stages.tiny var/models"
-)
-def test_audio_is_capped_by_default_per_request_and_per_deployment(serving_stack):
+def test_audio_is_capped_by_default_per_request_and_per_deployment(serving_stack, repo_tiny_models):
     serving_stack.deploy("omni", "qwen2_5_omni", model_dir=OMNI_DIR)
     serving_stack.deploy("omni-short", "qwen2_5_omni", model_dir=OMNI_DIR, deploy_config={"max_audio_seconds": 1.5})
     serving_stack.wait_running("omni", "omni-short", timeout=600)

@@ -13,9 +13,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.live,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not (REPO / "var/models/qwen2_5_omni/spk_dict.pt").exists(), reason="python -m stages.tiny var/models"
-    ),
+    pytest.mark.usefixtures("repo_tiny_models"),
 ]
 
 OMNI_DIR = str(REPO / "var" / "models" / "qwen2_5_omni")

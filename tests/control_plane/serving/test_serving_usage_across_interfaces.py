@@ -136,8 +136,9 @@ def omni_prompt_tokens() -> int:
     return len(tokenizer(text)["input_ids"])
 
 
-@pytest.mark.skipif(not (OMNI_DIR / "spk_dict.pt").exists(), reason="python -m stages.tiny var/models")
-def test_a_spoken_chat_bills_the_thinkers_prompt_through_every_interface(serving_stack, serving_users, settings):
+def test_a_spoken_chat_bills_the_thinkers_prompt_through_every_interface(
+    serving_stack, serving_users, settings, repo_tiny_models
+):
     """The omni answering with audio: the thinker's prompt is billed whichever interface sent it."""
     settings.REDIS_URL = serving_stack.redis.url
     serving_stack.deploy("omni", "qwen2_5_omni", model_dir=str(OMNI_DIR), deploy_config=SHORT_TALKER)
