@@ -282,7 +282,7 @@ def numbers_match(live, name: str, rows: list) -> None:
         for timing in ("ttft", "ttfp", "e2el"):
             values = [getattr(r, f"{timing}_s") for r in completed if r.route == route and getattr(r, f"{timing}_s")
                       is not None]  # fmt: skip
-            shown = [numbers.latency[(route, timing.upper(), p)] for p in (50, 90, 99)]
+            shown = [numbers.latency.get((route, timing.upper(), p)) for p in (50, 90, 99)]  # None: not shown
             if not values:
                 assert shown == [None, None, None], (name, route, timing, shown)
                 continue

@@ -1,4 +1,5 @@
-"""Fixtures of the worker tests: a Redis database of their own and a client that leaves no submissions behind."""
+"""Fixtures of the worker tests: a Redis database of their own and a client that leaves no submissions
+and no ended-request list behind (test request ids repeat across modules; real ones never do)."""
 
 import pytest
 import redis
@@ -16,4 +17,4 @@ def redis_url(redis_service) -> str:
 def client(redis_url):
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     yield client
-    client.delete(streams.orchestrator_inbox())
+    client.delete(streams.orchestrator_inbox(), streams.aborted_requests())
