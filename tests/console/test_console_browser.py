@@ -286,6 +286,7 @@ def numbers_match(live, name: str, rows: list) -> None:
             if not values:
                 assert shown == [None, None, None], (name, route, timing, shown)
                 continue
+            assert None not in shown, (name, route, timing, shown)  # not refreshed yet
             # the page rounds to 3 decimals; each percentile is one of the requests' values, p99 the largest
             assert all(any(abs(value - seen) <= 0.0006 for value in values) for seen in shown), (name, timing, shown)
             assert shown == sorted(shown) and abs(shown[2] - max(values)) <= 0.0006, (name, timing, shown, values)

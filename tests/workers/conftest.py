@@ -16,5 +16,6 @@ def redis_url(redis_service) -> str:
 @pytest.fixture(scope="module")
 def client(redis_url):
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    client.delete(streams.aborted_requests())  # an earlier run's, too
     yield client
     client.delete(streams.orchestrator_inbox(), streams.aborted_requests())
