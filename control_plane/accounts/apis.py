@@ -6,14 +6,13 @@ selectors, access decided in permissions.py.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime, timedelta
 
 import redis
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import exceptions, serializers, status, viewsets
@@ -44,6 +43,7 @@ from control_plane.accounts.renderers import FirstRendererNegotiation, UsageCsvR
 from control_plane.accounts.services import api_key_create, api_key_revoke
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
+from control_plane.query_moments import query_moment
 
 
 def _amount_field(name: str) -> serializers.Field:
@@ -148,10 +148,10 @@ class UsageApi(APIView):
             return list(dict.fromkeys(groups))
 
         def validate_start(self, value: str) -> datetime:
-            return _moment(value, end_of_day=False)
+            return query_moment(value, end_of_day=False)
 
         def validate_end(self, value: str) -> datetime:
-            return _moment(value, end_of_day=True)
+            return query_moment(value, end_of_day=True)
 
     @extend_schema_serializer(component_name="UsageSummary")
     class OutputSerializer(serializers.Serializer):
@@ -286,16 +286,3 @@ def _usage_deployments(request, deployment: str | None) -> list[str] | None:
             raise exceptions.PermissionDenied(denied.message) from None
         return [deployment]
     return deployment_allow_list(key)
-
-
-def _moment(value: str, *, end_of_day: bool) -> datetime:
-    try:  # a date first: parse_datetime would read "2026-11-03" as that day's midnight
-        day = parse_date(value)
-        moment = parse_datetime(value) if day is None else None
-    except ValueError:
-        moment = day = None
-    if moment is None and day is None:
-        raise serializers.ValidationError("Expected a date (YYYY-MM-DD) or an ISO 8601 datetime.")
-    if moment is None:
-        moment = datetime.combine(day + timedelta(days=1) if end_of_day else day, time.min)
-    return timezone.make_aware(moment, UTC) if timezone.is_naive(moment) else moment

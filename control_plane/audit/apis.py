@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime
 
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import generics, serializers
 from rest_framework.pagination import LimitOffsetPagination
@@ -14,6 +12,7 @@ from control_plane.accounts.models import ApiKey
 from control_plane.accounts.permissions import require_scope
 from control_plane.audit.models import Action, AuditEntry, Channel
 from control_plane.audit.queries import audit_entry_list
+from control_plane.query_moments import query_moment
 
 
 @extend_schema_serializer(component_name="AuditQuery")
@@ -29,10 +28,10 @@ class AuditQuery(serializers.Serializer):
     until = serializers.CharField(required=False, help_text="Exclusive; a date means the end of that day.")
 
     def validate_since(self, value: str) -> datetime:
-        return _moment(value, end_of_day=False)
+        return query_moment(value, end_of_day=False)
 
     def validate_until(self, value: str) -> datetime:
-        return _moment(value, end_of_day=True)
+        return query_moment(value, end_of_day=True)
 
 
 @extend_schema_serializer(component_name="AuditEntry")
@@ -79,16 +78,3 @@ class AuditEntryListApi(generics.ListAPIView):
         query = AuditQuery(data=self.request.query_params)
         query.is_valid(raise_exception=True)
         return audit_entry_list(**query.validated_data)
-
-
-def _moment(value: str, *, end_of_day: bool) -> datetime:
-    try:  # a date first: parse_datetime would read "2026-11-03" as that day's midnight
-        day = parse_date(value)
-        moment = parse_datetime(value) if day is None else None
-    except ValueError:
-        moment = day = None
-    if moment is None and day is None:
-        raise serializers.ValidationError("Expected a date (YYYY-MM-DD) or an ISO 8601 datetime.")
-    if moment is None:
-        moment = datetime.combine(day + timedelta(days=1) if end_of_day else day, time.min)
-    return timezone.make_aware(moment, UTC) if timezone.is_naive(moment) else moment
