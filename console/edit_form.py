@@ -41,6 +41,9 @@ class EditForm(DeployForm):
             elif knob in self.fields:
                 edited[knob] = None  # left empty: the default
         stages = edited.setdefault("stages", {})
-        for name, knobs in form_config["stages"].items():
-            stages[name] = {**stages.get(name, {}), **knobs}
+        for stage in self.pipeline.stages:
+            knobs = dict(form_config["stages"][stage.name])
+            if stages.get(stage.name, {}).get("backend") is None and knobs["backend"] == stage.default_backend:
+                knobs["backend"] = None  # the stage's default, as it was: not a change
+            stages[stage.name] = {**stages.get(stage.name, {}), **knobs}
         return edited

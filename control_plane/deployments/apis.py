@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -17,7 +17,7 @@ from control_plane.deployments.config_diff import merge_patch
 from control_plane.deployments.model_paths import redact_paths, resolve_model_dir
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments, check_may_manage
-from control_plane.deployments.revision_apis import busy, change_audited
+from control_plane.deployments.revision_apis import BUSY, RolloutOutput, busy, change_audited
 from control_plane.deployments.revisions import DeploymentBusy, deployment_change
 from control_plane.deployments.services import (
     DeploymentInvalid,
@@ -82,6 +82,7 @@ class DeploymentOutput(serializers.Serializer):
     rollout = serializers.SerializerMethodField(help_text="The latest revision: its number, state and reason.")
     replicas = ReplicaOutput(many=True)
 
+    @extend_schema_field(RolloutOutput(allow_null=True))
     def get_rollout(self, deployment) -> dict | None:
         latest = deployment.revisions.order_by("-number").values("number", "state", "state_reason").first()
         return latest
@@ -159,7 +160,7 @@ class DeploymentDetailApi(APIView):
     def get_permissions(self):
         return [CanWriteDeployments() if self.request.method in ("DELETE", "PATCH") else CanReadDeployments()]
 
-    @extend_schema(request=DeploymentChangeInput, responses={202: DeploymentOutput, 409: None})
+    @extend_schema(request=DeploymentChangeInput, responses={202: DeploymentOutput, 409: BUSY})
     @transaction.atomic
     def patch(self, request, name: str):
         data = self.DeploymentChangeInput(data=request.data)
@@ -204,7 +205,7 @@ class DeploymentScaleApi(APIView):
         stage = serializers.CharField(max_length=64)
         replicas = serializers.IntegerField()
 
-    @extend_schema(request=DeploymentScaleInput, responses=DeploymentOutput)
+    @extend_schema(request=DeploymentScaleInput, responses={200: DeploymentOutput, 409: BUSY})
     @transaction.atomic
     def post(self, request, name: str):
         data = self.DeploymentScaleInput(data=request.data)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -38,6 +39,15 @@ class PipelineRevisionOutput(serializers.Serializer):
     diff = serializers.JSONField()
     source = serializers.CharField()
     created_at = serializers.DateTimeField()
+
+
+BUSY = OpenApiResponse(OpenApiTypes.OBJECT, description="An earlier revision still rolls out (`detail` says which).")
+
+
+class RolloutOutput(serializers.Serializer):
+    number = serializers.IntegerField()
+    state = serializers.CharField()
+    state_reason = serializers.CharField()
 
 
 def invalid(error: DeploymentInvalid) -> ValidationError:
@@ -73,7 +83,7 @@ class DeploymentRollbackApi(APIView):
     class RollbackInput(serializers.Serializer):
         revision = serializers.IntegerField(min_value=1, help_text="The earlier revision whose config to restore.")
 
-    @extend_schema(request=RollbackInput, responses={202: RevisionOutput, 400: None, 409: None})
+    @extend_schema(request=RollbackInput, responses={202: RevisionOutput, 409: BUSY})
     @transaction.atomic
     def post(self, request, name: str):
         data = self.RollbackInput(data=request.data)
