@@ -28,7 +28,7 @@ from control_plane.deployments.services import (
     validate_deploy_config,
 )
 from control_plane.deployments.transitions import transition_from_current
-from stages.config import DeployConfig, PipelineConfig, load_deploy_config
+from stages.config import DeployConfig, PipelineConfig, StageDeployConfig, load_deploy_config
 from stages.groups import StageGroups
 
 
@@ -64,7 +64,7 @@ def deployment_change(
     current = load_deploy_config(deployment.deploy_config or {}, pipeline)
     _check_groups_unchanged(pipeline, current, deploy)
     new_config = msgspec.to_builtins(deploy)
-    diff = config_diff(msgspec.to_builtins(current), new_config)
+    diff = config_diff(effective_config(current, pipeline), effective_config(deploy, pipeline))
     if not diff:
         raise DeploymentInvalid("deploy_config", f"no change: revision {deployment.revision} has this config")
     number = (deployment.revisions.aggregate(top=Max("number"))["top"] or 0) + 1
@@ -85,6 +85,13 @@ def deployment_change(
         revision.step_started_at = timezone.now()
         revision.save(update_fields=["step_started_at"])
     return revision
+
+
+def effective_config(deploy: DeployConfig, pipeline: PipelineConfig) -> dict:
+    """The config with every stage of the pipeline spelled out (a stage left out has the defaults),
+    so that a diff shows what changed and not how it was written."""
+    stages = {stage.name: deploy.stages.get(stage.name) or StageDeployConfig() for stage in pipeline.stages}
+    return msgspec.to_builtins(msgspec.structs.replace(deploy, stages=stages))
 
 
 def deployment_rollback(*, deployment: Deployment, number: int, user=None) -> DeploymentRevision:

@@ -136,7 +136,7 @@ def replica_row_create(
 @transaction.atomic
 def deployment_scale(*, deployment: Deployment, stage: str, replicas: int, user=None) -> Deployment:
     """A change of one stage's replica count (a new revision that applies at once)."""
-    from control_plane.deployments.revisions import deployment_change  # revisions builds on this module
+    from control_plane.deployments.revisions import deployment_change, effective_config  # built on this module
 
     config = pipeline_config_of(deployment.pipeline)
     try:
@@ -152,7 +152,7 @@ def deployment_scale(*, deployment: Deployment, stage: str, replicas: int, user=
     for member in [config.stage(sid).name for sid in group.members] if group is not None else [stage]:
         stages[member] = {**stages.get(member, {}), "replicas": replicas}  # a group scales as one
     data["stages"] = stages
-    if _builtins(validate_deploy_config(deployment.pipeline, data)) == deployment.deploy_config:
+    if effective_config(validate_deploy_config(deployment.pipeline, data), config) == effective_config(current, config):
         return deployment  # already that many
     deployment_change(deployment=deployment, deploy_config=data, user=user)
     deployment.refresh_from_db()
