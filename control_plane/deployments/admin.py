@@ -28,12 +28,19 @@ class ReplicaInline(admin.TabularInline):
     readonly_fields = fields
 
 
-class DeploymentRevisionInline(admin.TabularInline):
-    model = DeploymentRevision
-    extra = 0
-    fields = ["number", "state", "state_reason", "diff", "rollback_of", "created_by", "created_at", "finished_at"]
-    readonly_fields = fields
-    can_delete = False
+@admin.register(DeploymentRevision)
+class DeploymentRevisionAdmin(admin.ModelAdmin):
+    """The history is written by changes, never edited."""
+
+    list_display = ["deployment", "number", "state", "rollback_of", "created_by", "created_at", "finished_at"]
+    list_filter = ["state"]
+    search_fields = ["deployment__name"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Deployment)
@@ -41,7 +48,7 @@ class DeploymentAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "pipeline", "state", "desired_state", "state_changed_at", "created_by"]
     list_filter = ["state", "desired_state", "pipeline__family"]
     search_fields = ["name", "model_dir"]
-    inlines = [ReplicaInline, DeploymentRevisionInline]
+    inlines = [ReplicaInline]
 
 
 @admin.register(Replica)
