@@ -77,7 +77,7 @@ def test_edit_form_rolls_a_change_out_and_rolls_it_back(console_stack, root, pag
 
     page.fill("[name='stages.echo.replicas']", "1")
     page.click("#edit-form button[type=submit]")
-    page.wait_for_selector("h1:text('edited')")
+    page.wait_for_url(f"{base}/deployments/edited/")
     assert "Revision 2 saved" in page.text_content(".messages")
     assert page.get_attribute("[data-revision='2']", "data-state") in ("ROLLING", "ACTIVE")
     shot(page, "revisions-02-rolling")
