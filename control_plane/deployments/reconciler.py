@@ -82,7 +82,7 @@ def _reconcile_deployment(deployment: Deployment, now: datetime, pools: dict) ->
         return False
     for replica in replicas:
         _reconcile_replica(deployment, replica, statuses.get(str(replica.id)), now, pools)
-    rollout_step(deployment, list(deployment.replicas.all()), now)
+    rollout_step(deployment, list(Replica.objects.filter(deployment=deployment)), now)  # fresh, not prefetched
     return _update_deployment_state(deployment, now)
 
 

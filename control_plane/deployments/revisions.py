@@ -84,6 +84,7 @@ def deployment_change(
     else:
         revision.step_started_at = timezone.now()
         revision.save(update_fields=["step_started_at"])
+    revision.refresh_from_db()
     return revision
 
 
