@@ -411,6 +411,7 @@ class RequestRun:
             row_id=self.opened.id, started_at=self.opened.started_at, status=status, http_status=http_status,
             finish_reason=reason, error=error, output_text=outcome.text, usage=usage.history(),
             summary_metrics={**outcome.metrics, **self.metrics},
+            output_marks=outcome.summary.output_marks if outcome.summary else None,
         )  # fmt: skip
 
     def _usage_record(self, usage: Usage) -> UsageRecorded | None:

@@ -394,6 +394,7 @@ class Orchestrator:
         progress.last_activity = at
         if has_content(output):
             progress.output_tokens += len(output.token_ids)
+            progress.mark_output(at - state.submitted_at)
             if progress.first_output_at is None:
                 progress.first_output_at = at
         if stage.output == "text" and (output.text or output.token_ids):
