@@ -21,6 +21,7 @@ import redis.asyncio
 
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.replies import LOST, reader_for
+from control_plane.orchestrator.request_span import RequestSpan
 from control_plane.redis_client import get_async_redis
 from stages import streams
 from stages.orchestrator import Cancel, InputChunk, Submit
@@ -66,6 +67,7 @@ async def serve(
     queue = reader.register(request.request_id)
     ended = False
     seen: set[tuple[int, int]] = set()
+    span = RequestSpan(deployment_id, request)
     try:
         event = Submit(
             deployment_id=deployment_id,
@@ -91,10 +93,16 @@ async def serve(
             # the request ended on the platform's side: a consumer that stops at this message
             # (and closes the generator here) has nothing left to cancel
             ended = message.kind in ("complete", "fail")
+            if ended:
+                span.ending(message.kind, message.error.message if message.error else None)
             yield message
             if ended:
                 return
+    except ServingUnavailable as error:
+        span.ending("unavailable", str(error))
+        raise
     finally:
+        span.record()
         reader.unregister(request.request_id)
         if not ended:
             await _cancel_on_a_fresh_connection(client, request.request_id)

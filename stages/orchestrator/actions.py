@@ -56,6 +56,9 @@ class Emit(ClientAction, kw_only=True):
 
 class Complete(ClientAction, kw_only=True):
     summary: RequestSummary
+    trace: str = ""
+    """The submitter's traceparent, and when the request was submitted: the driver's span."""
+    submitted_at: float | None = None
 
 
 class Fail(ClientAction, kw_only=True):
@@ -64,6 +67,8 @@ class Fail(ClientAction, kw_only=True):
 
     error: StageError
     summary: RequestSummary
+    trace: str = ""
+    submitted_at: float | None = None
 
 
 class Discard(Action, kw_only=True):

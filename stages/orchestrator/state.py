@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
+from stages import tracing
 from stages.protocol import SamplingParams, StageOutput, StageRequest
 
 ATTEMPT_SEPARATOR = "~r"
@@ -98,6 +99,13 @@ class RequestState(msgspec.Struct, kw_only=True):
     first_audio_at: float | None = None
     audio_seconds: float = 0.0
     finish_reason: str | None = None
+    trace: str = ""
+    """The submitter's traceparent (stages.tracing); stages get the orchestrator's span under it."""
+
+    @property
+    def stage_trace(self) -> str:
+        """The traceparent the request's stage requests carry: the orchestrator's span."""
+        return tracing.child(self.trace, tracing.ORCHESTRATE) if self.trace else ""
 
     @property
     def wire_id(self) -> str:
