@@ -70,8 +70,8 @@ from workers.log_stream import publish_logs
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
 from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
-from workers.request_spans import RequestSpans
 from workers.replica_status import StatusReporter, heartbeat_ttl_s
+from workers.request_spans import RequestSpans
 from workers.seen_entries import SeenEntries
 
 log = logging.getLogger("workers.replica_host")
