@@ -324,11 +324,12 @@ class ReplicaHost:
             self._step_failed(exception)
             return
         for output in outputs:
-            self.spans.output(output)
             running = self.running.get(output.request_id)
+            ended = running is not None and self._ended(output)
+            self.spans.output(output, ended=ended)
             if running is not None:
                 running.next_seq = max(running.next_seq, output.seq + 1)
-                if self._ended(output):
+                if ended:
                     del self.running[output.request_id]
         self._outbox += outputs
         self._idle_steps = 0 if outputs else self._idle_steps + 1

@@ -30,14 +30,16 @@ class RequestSpans:
         if self.on and request.trace:
             self.open[request.request_id] = _Open(parent=request.trace, started=time.time())
 
-    def output(self, output: StageOutput) -> None:
+    def output(self, output: StageOutput, *, ended: bool) -> None:
+        """An output of a request; `ended`: the host is done with the request (its last output,
+        or a stage group's last member's)."""
         span = self.open.get(output.request_id) if self.on else None
         if span is None:
             return
         if output.text or output.token_ids or output.payloads:
             span.outputs += 1
             span.first_output = span.first_output or time.time()
-        if output.finished:
+        if ended:
             self.ended(output.request_id, output.error.message if output.error else None)
 
     def ended(self, request_id: str, error: str | None = None) -> None:
