@@ -98,16 +98,18 @@ def record_span(
     end: float,
     attributes: dict[str, Any] | None = None,
     error: str | None = None,
+    server: bool = False,
 ) -> None:
     """Export a finished span whose own context is `traceparent`, under `parent`'s span (none:
-    a root span). Times are UNIX seconds. Does nothing when tracing is off."""
+    a root span). Times are UNIX seconds. `server`: the span of a request a client made (kind
+    SERVER, else INTERNAL). Does nothing when tracing is off."""
     if not enabled():
         return
     own = parse(traceparent)
     if own is None:
         return
     try:
-        _record(name, service, own, parse(parent), start, end, attributes or {}, error)
+        _record(name, service, own, parse(parent), start, end, attributes or {}, error, server)
     except Exception:  # tracing never fails a request
         log.exception("could not record span %s", name)
 
@@ -127,7 +129,7 @@ def use_processor(processor) -> None:
         _processor = processor if processor is not None else False
 
 
-def _record(name, service, own, parent, start, end, attributes, error) -> None:
+def _record(name, service, own, parent, start, end, attributes, error, server) -> None:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
@@ -147,7 +149,7 @@ def _record(name, service, own, parent, start, end, attributes, error) -> None:
         parent=parent_context,
         resource=_resource(service),
         attributes={key: value for key, value in attributes.items() if value is not None},
-        kind=SpanKind.SERVER if parent_context is None else SpanKind.INTERNAL,
+        kind=SpanKind.SERVER if server else SpanKind.INTERNAL,
         status=status,
         start_time=int(start * 1e9),
         end_time=int(max(end, start) * 1e9),

@@ -280,7 +280,8 @@ class RequestRun:
         await self._started()
         later_sampling = capped_later_sampling(self.served, request, later_sampling)
         messages = serve(str(self.served.deployment.id), request, later_sampling,
-                         idle_timeout_s=idle_timeout or idle_timeout_s(), client=client)  # fmt: skip
+                         idle_timeout_s=idle_timeout or idle_timeout_s(), client=client,
+                         parent_trace=self.caller.trace)  # fmt: skip
         deltas = Deltas(messages, outcome, client)
         await deltas.first()
         return deltas

@@ -1,6 +1,7 @@
 """The web process's span of a request it serves (stages.tracing): the root of the request's
 trace, from its submission until its last message (or the client leaving). The request carries
-the span's context to the orchestrator in `StageRequest.trace`; one is made when it has none."""
+the span's context to the orchestrator in `StageRequest.trace`; one is made when it has none, in
+the client's trace when it sent a valid `traceparent` (the span is then its child)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from stages.protocol import StageRequest
 
 
 class RequestSpan:
-    def __init__(self, deployment_id: str, request: StageRequest):
+    def __init__(self, deployment_id: str, request: StageRequest, parent: str = ""):
+        self.parent = parent if tracing.parse(parent) else ""
         if not request.trace:
-            request.trace = tracing.new_traceparent()
+            request.trace = tracing.span_of(self.parent, "request") or tracing.new_traceparent()
         self.deployment_id = deployment_id
         self.request = request
         self.started = time.time()
@@ -32,6 +34,7 @@ class RequestSpan:
             "omnistage.outcome": self.outcome,
         }
         tracing.record_span(
-            "request", service="web", traceparent=self.request.trace, start=self.started, end=time.time(),
-            attributes=attributes, error=self.error if self.outcome != "complete" else None,
+            "request", service="web", traceparent=self.request.trace, parent=self.parent, start=self.started,
+            end=time.time(), attributes=attributes, error=self.error if self.outcome != "complete" else None,
+            server=True,
         )  # fmt: skip

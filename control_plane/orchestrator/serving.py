@@ -52,6 +52,7 @@ async def serve(
     *,
     idle_timeout_s: float = 60.0,
     client: redis.asyncio.Redis | None = None,
+    parent_trace: str = "",
 ) -> AsyncIterator[wire.ClientMessage]:
     """Submit and yield the request's client messages until it completes or fails.
 
@@ -59,7 +60,8 @@ async def serve(
     for many requests (one per event loop) and they share one Submit pipeline and one read.
     `idle_timeout_s` bounds the wait for the next message (the orchestrator's per-hop
     timeouts fire first; this guards against a dead orchestrator). Leaving the loop
-    early cancels the request.
+    early cancels the request. The request's trace (`request_span.py`) continues
+    `parent_trace`, the client's traceparent, when it is one.
     """
     own_client = client is None
     client = client or get_async_redis()
@@ -67,7 +69,7 @@ async def serve(
     queue = reader.register(request.request_id)
     ended = False
     seen: set[tuple[int, int]] = set()
-    span = RequestSpan(deployment_id, request)
+    span = RequestSpan(deployment_id, request, parent_trace)
     try:
         event = Submit(
             deployment_id=deployment_id,

@@ -41,7 +41,8 @@ def test_traceparents_and_derived_children():
 def test_spans_are_recorded_with_their_ids_parents_and_times(exporter):
     root = tracing.new_traceparent()
     orchestrate = tracing.child(root, tracing.ORCHESTRATE)
-    tracing.record_span("request", service="web", traceparent=root, start=100.0, end=101.5, attributes={"a": 1})
+    tracing.record_span("request", service="web", traceparent=root, start=100.0, end=101.5, attributes={"a": 1},
+                        server=True)  # fmt: skip
     tracing.record_span("orchestrate", service="orchestrator", traceparent=orchestrate, parent=root, start=100.1,
                         end=101.4, attributes={"b": None}, error="stage 'echo': boom")  # fmt: skip
     web, orchestrator = exporter.get_finished_spans()

@@ -1,6 +1,7 @@
 """A request's spans share one trace: the web side's (`serve()`, in this test's process, kept by
 the SDK's InMemorySpanExporter), the orchestrator's and each replica host's (live processes,
-exported over OTLP/HTTP to a small collector this test runs), each under the one before."""
+exported over OTLP/HTTP to a small collector this test runs), each under the one before. A /v1
+client's `traceparent` is continued: the live web process's span is its child."""
 
 from __future__ import annotations
 
@@ -83,3 +84,23 @@ def test_a_requests_spans_share_one_trace(echo_stack, collector, memory_spans):
         assert span.service == "omnistage-replica" and span.parent_id == orchestrate.span_id
         assert span.attributes["omnistage.request_id"] == request.request_id
         assert span.attributes["omnistage.stage"] == stage and span.attributes["omnistage.outputs"] >= 1
+
+    # through /v1 with the client's own trace: the live web process's span continues it
+    client_trace = tracing.new_traceparent()
+    client_trace_id, client_span_id = tracing.parse(client_trace)
+    reply = echo_stack.http("POST", "/v1/chat/completions", headers={"traceparent": client_trace}, json={
+        "model": "echo-voice", "modalities": ["text", "audio"], "audio": {"voice": "a", "format": "wav"},
+        "messages": [{"role": "user", "content": "traced from outside"}],
+    })  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    spans = wait_for(
+        lambda: (got := [s for s in collector.received() if s.trace_id == client_trace_id])
+        and {"request", *wanted} <= {span.name for span in got} and got,
+        timeout=30, what="the spans of the request made through /v1",
+    )  # fmt: skip
+    (web_span,) = [span for span in spans if span.name == "request"]
+    assert web_span.service == "omnistage-web" and web_span.parent_id == client_span_id
+    assert web_span.attributes["omnistage.request_id"] == reply.json()["id"]
+    (orchestrate,) = [span for span in spans if span.name == "orchestrate"]
+    assert orchestrate.parent_id == web_span.span_id
+    assert {span.parent_id for span in spans if span.name.startswith("stage ")} == {orchestrate.span_id}
