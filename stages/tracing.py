@@ -114,8 +114,9 @@ def record_span(
         log.exception("could not record span %s", name)
 
 
-def span_of(traceparent: str, name: str) -> str:
-    """A traceparent for a new span `name` under `traceparent`'s span, with a random id."""
+def new_child(traceparent: str) -> str:
+    """A traceparent for a new span under `traceparent`'s span, with a random id ("" when
+    `traceparent` is not one)."""
     parsed = parse(traceparent)
     if parsed is None:
         return ""

@@ -55,6 +55,6 @@ class RequestSpans:
             "omnistage.first_output_s": span.first_output - span.started if span.first_output else None,
         }
         tracing.record_span(
-            f"stage {self.spec.stage}", service="replica", traceparent=tracing.span_of(span.parent, self.spec.stage),
+            f"stage {self.spec.stage}", service="replica", traceparent=tracing.new_child(span.parent),
             parent=span.parent, start=span.started, end=time.time(), attributes=attributes, error=error,
         )  # fmt: skip

@@ -15,7 +15,7 @@ class RequestSpan:
     def __init__(self, deployment_id: str, request: StageRequest, parent: str = ""):
         self.parent = parent if tracing.parse(parent) else ""
         if not request.trace:
-            request.trace = tracing.span_of(self.parent, "request") or tracing.new_traceparent()
+            request.trace = tracing.new_child(self.parent) or tracing.new_traceparent()
         self.deployment_id = deployment_id
         self.request = request
         self.started = time.time()
