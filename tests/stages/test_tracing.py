@@ -34,8 +34,10 @@ def test_traceparents_and_derived_children():
     assert child == tracing.child(parent, tracing.ORCHESTRATE)  # any process derives the same id
     assert tracing.trace_id_of(child) == trace_id and tracing.parse(child)[1] != span_id
     assert tracing.child(parent, "other") != child
+    fresh = tracing.new_child(parent)
+    assert tracing.trace_id_of(fresh) == trace_id and fresh not in (parent, child, tracing.new_child(parent))
     for bad in ("", "00-abc-def-01", f"00-{'0' * 32}-{span_id}-01", f"00-{'g' * 32}-{span_id}-01"):
-        assert tracing.parse(bad) is None and tracing.child(bad, "x") == ""
+        assert tracing.parse(bad) is None and tracing.child(bad, "x") == "" == tracing.new_child(bad)
 
 
 def test_spans_are_recorded_with_their_ids_parents_and_times(exporter):
