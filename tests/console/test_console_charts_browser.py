@@ -78,9 +78,9 @@ def charts_drawn_from_the_history(page, base: str) -> None:
     assert {"echo queue", "voice queue"} <= set(labels), labels
     shot(page, "30-deployment-charts-hour")
 
-    page.click("[data-window='day']")
-    page.wait_for_selector("[data-charts][data-window='day']")
-    assert page.get_attribute("[data-window='day']", "aria-pressed") == "true"
+    page.click("button[data-window='day']")
+    page.wait_for_selector("[data-charts][data-shown-window='day']")
+    assert page.get_attribute("button[data-window='day']", "aria-pressed") == "true"
     assert summary.get_attribute("data-completed") == str(SPOKEN)
     throughput = page.evaluate("window.omniCharts.charts.throughput.data")
     assert len(throughput[0]) == 24 and sum(throughput[1]) == pytest.approx(SPOKEN / 60)  # per minute, hourly buckets

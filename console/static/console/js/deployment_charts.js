@@ -2,6 +2,7 @@
 // and each stage's queue depth and running requests, sampled every poll since the page opened.
 const POLL_MS = 5000;
 const MAX_SAMPLES = 720;  // an hour of 5 s samples
+const STAGE_MIN_SPAN_S = 60;  // the stage chart spans at least its last minute (one sample has no span)
 const LATENCY = [["ttft_s", "TTFT", "#4f46e5"], ["ttfp_s", "TTFP", "#0891b2"], ["e2el_s", "E2EL", "#d97706"]];
 const STAGE_COLORS = ["#4f46e5", "#0891b2", "#d97706", "#12805c", "#b42318", "#7c3aed", "#be185d"];
 const MEASURES = [["queue_depth", "queue"], ["running", "running"], ["batch_size", "batch"]];
@@ -48,10 +49,11 @@ async function refresh(root, state) {
   draw(root, state, "throughput", throughputSeries(), [series.times, series.completed_per_min, series.failed_per_min], perMin);
   sample(state, body.stages);
   const stageNames = Object.keys(state.samples.values);
-  draw(root, state, "stages", stageSeries(state.samples), [state.samples.t, ...stageData(state.samples)], count, stageNames.join("|"));
+  draw(root, state, "stages", stageSeries(state.samples), [state.samples.t, ...stageData(state.samples)], count,
+    stageNames.join("|"), STAGE_MIN_SPAN_S);
   state.polls += 1;
   root.dataset.polls = String(state.polls);
-  root.dataset.window = series.window;
+  root.dataset.shownWindow = series.window;
 }
 
 function summarize(root, series) {
@@ -119,7 +121,7 @@ function stageData(samples) {
   return Object.values(samples.values);
 }
 
-function draw(root, state, name, lines, data, unit, shape = "") {
+function draw(root, state, name, lines, data, unit, shape = "", minSpan = 0) {
   const element = host(root, name);
   const existing = state.charts[name];
   if (existing && existing.shape === shape && existing.series.length === lines.length) {
@@ -129,7 +131,10 @@ function draw(root, state, name, lines, data, unit, shape = "") {
     const options = {
       ...size(element),
       series: lines,
-      scales: { y: { range: (u, min, max) => [0, Math.max(max || 0, unit === seconds ? 0.01 : 1) * 1.1] } },
+      scales: {
+        x: { time: true, range: (u, min, max) => (max - min < minSpan ? [max - minSpan, max] : [min, max]) },
+        y: { range: (u, min, max) => [0, Math.max(max || 0, unit === seconds ? 0.01 : 1) * 1.1] },
+      },
       axes: [{}, { values: (u, ticks) => ticks.map(unit), size: 60 }],
       legend: { live: true },
     };
