@@ -66,7 +66,7 @@ def test_the_charts_endpoint_serves_the_series_and_each_stages_load(root_client,
     url = reverse("console:deployment-charts", args=["dep"])
     body = root_client.get(url).json()
     assert body["series"]["window"] == "hour" and body["series"]["totals"]["completed"] == 1
-    assert body["series"]["latency"]["e2el_s"]["p50"][-1] == 0.25
+    assert [v for v in body["series"]["latency"]["e2el_s"]["p50"] if v is not None] == [0.25]  # its minute's
     assert body["stages"]["load"] == {"echo": {"queue_depth": 0}, "voice": {"queue_depth": 3}}
     assert root_client.get(url, {"window": "day"}).json()["series"]["window"] == "day"
     assert root_client.get(url, {"window": "year"}).json()["series"]["window"] == "hour"
