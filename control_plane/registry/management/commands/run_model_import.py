@@ -9,6 +9,7 @@ from control_plane.registry.models import Model
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []
     help = "Download an importing model from the hub (the row says which repository) and mark it ready or failed."
 
     def add_arguments(self, parser):
