@@ -6,7 +6,8 @@ few seconds at most, no retries: an unreachable hub fails the import at once), d
 `huggingface_hub.snapshot_download` into the model's staging folder while the row records the
 progress, checks every listed file is there at its size, and only then moves the folder into the
 models folder and marks the model ready. A failed import keeps its staging folder: importing the
-same repository under the same name again continues it (files already complete are kept).
+same repository under the same name again continues it (files already complete are kept), and
+so does one whose process died without saying (`Model.import_stalled`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.db import transaction
+from django.utils import timezone
 
 from control_plane.registry import import_jobs
 from control_plane.registry.discovery import discover_models
@@ -79,8 +81,9 @@ def model_import_hub(*, repo_id: str, revision: str = "main", name: str = "", us
 def _claim(name: str, repo_id: str, revision: str, user) -> Model:
     existing = Model.objects.select_for_update().filter(name=name).first()
     fields = {"status": Model.Status.IMPORTING, "status_reason": "", "hub_repo": repo_id, "hub_revision": revision,
-              "source": f"hf:{repo_id}@{revision}"}  # fmt: skip
-    if existing is not None and existing.status == Model.Status.FAILED and existing.hub_repo == repo_id:
+              "source": f"hf:{repo_id}@{revision}", "updated_at": timezone.now()}  # fmt: skip
+    resumable = existing is not None and (existing.status == Model.Status.FAILED or existing.import_stalled)
+    if resumable and existing.hub_repo == repo_id:
         Model.objects.filter(pk=existing.pk).update(**fields)
         return Model.objects.get(pk=existing.pk)
     if existing is not None:
@@ -141,7 +144,8 @@ def _download(model: Model, listing: Listing) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     done_bytes, done_files = folder_progress(folder, listing.files)
     Model.objects.filter(pk=model.pk).update(bytes_total=sum(listing.files.values()), files_total=len(listing.files),
-                                             bytes_done=done_bytes, files_done=done_files)  # fmt: skip
+                                             bytes_done=done_bytes, files_done=done_files,
+                                             updated_at=timezone.now())  # fmt: skip
     with ProgressRecorder(model.pk, folder, listing.files):
         try:
             snapshot_download(model.hub_repo, revision=listing.commit, local_dir=folder, endpoint=hub_endpoint(),

@@ -9,14 +9,17 @@ folder (a few times a second, in a thread) needs nothing of the library's progre
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from django.db import close_old_connections, connection
+from django.utils import timezone
 
 from control_plane.registry.models import Model
 
 PARTIALS = Path(".cache") / "huggingface" / "download"
 INTERVAL_S = 0.25
+HEARTBEAT_S = 5.0  # the row is touched at least this often while the download runs (see Model.import_stalled)
 
 
 def folder_progress(folder: Path, files: dict[str, int]) -> tuple[int, int]:
@@ -37,7 +40,8 @@ def _size(path: Path) -> int | None:
 
 
 class ProgressRecorder:
-    """While open, stores the download's progress on the row whenever it changed."""
+    """While open, stores the download's progress on the row whenever it changed (and touches
+    the row every few seconds even when it did not: a live import)."""
 
     def __init__(self, model_pk: int, folder: Path, files: dict[str, int], interval_s: float = INTERVAL_S):
         self.model_pk = model_pk
@@ -45,6 +49,7 @@ class ProgressRecorder:
         self.files = files
         self.interval_s = interval_s
         self.last: tuple[int, int] | None = None
+        self.written = 0.0
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"import-progress-{model_pk}", daemon=True)
 
@@ -60,9 +65,11 @@ class ProgressRecorder:
 
     def record(self) -> None:
         sample = folder_progress(self.folder, self.files)
-        if sample != self.last:
-            self.last = sample
-            Model.objects.filter(pk=self.model_pk).update(bytes_done=sample[0], files_done=sample[1])
+        if sample != self.last or time.monotonic() - self.written > HEARTBEAT_S:
+            self.last, self.written = sample, time.monotonic()
+            Model.objects.filter(pk=self.model_pk).update(
+                bytes_done=sample[0], files_done=sample[1], updated_at=timezone.now()
+            )
 
     def _run(self) -> None:
         try:

@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+STALLED_AFTER_S = 120.0  # an import whose row has not been touched for this long has no process left
+
 
 class Model(models.Model):
     """One checkpoint directory. `name` is what a deploy form or API call may give as `model_dir`.
@@ -55,3 +57,9 @@ class Model(models.Model):
     @property
     def progress_percent(self) -> float:
         return round(100.0 * self.bytes_done / self.bytes_total, 1) if self.bytes_total else 0.0
+
+    @property
+    def import_stalled(self) -> bool:
+        """An import whose process died without saying (its row stopped being touched)."""
+        idle = (timezone.now() - self.updated_at).total_seconds()
+        return self.status == self.Status.IMPORTING and idle > STALLED_AFTER_S

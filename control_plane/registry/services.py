@@ -60,9 +60,9 @@ class ModelImporting(Exception):
 def model_delete(*, model: Model) -> None:
     """Delete the row and its directory in the models folder (only the link, for a linked import),
     or what a failed import left; refused while a deployment serves it or an import runs."""
-    if model.status == Model.Status.IMPORTING:
+    if model.status == Model.Status.IMPORTING and not model.import_stalled:
         raise ModelImporting(model)
-    if model.status == Model.Status.FAILED:
+    if model.status != Model.Status.READY:
         discard(model.name)
         model.delete()
         return

@@ -5,7 +5,9 @@ a chat request."""
 
 from __future__ import annotations
 
+import io
 import shutil
+import tarfile
 import time
 
 import httpx
@@ -14,7 +16,9 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from console_browser import chromium_page, shot
 from console_stack import ConsoleStack
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.urls import reverse
 from hub_server import HubServer
 
 from control_plane.accounts.services import api_key_create
@@ -159,3 +163,51 @@ def test_a_hub_import_shows_a_moving_bar_then_deploys_by_name_and_answers(import
     assert answer.status_code == 200, answer.text
     assert answer.json()["model"] == "hubchat" and answer.json()["choices"][0]["message"]["role"] == "assistant"
     assert answer.json()["usage"]["completion_tokens"] > 0
+
+
+@pytest.fixture
+def models_dir(tmp_path, settings):
+    settings.MODELS_DIR = tmp_path / "models"
+    settings.MODELS_DIR.mkdir()
+    return settings.MODELS_DIR
+
+
+def test_the_import_form_is_for_admins(models_dir, alice_client):
+    page = alice_client.get(reverse("console:models")).content.decode()
+    assert 'id="import-hub"' not in page and "console/js/models.js" in page
+    refused = alice_client.post(reverse("console:models"), {"source": "hub", "hub": "tiny/qwen2"})
+    assert refused.status_code == 403 and not Model.objects.exists()
+
+
+def test_an_offline_hub_import_from_the_form_is_refused_on_its_field(models_dir, root_client, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    response = root_client.post(reverse("console:models"), {"source": "hub", "hub": "tiny/qwen2", "name": "q"})
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert 'data-error="hub"' in page and "HF_HUB_OFFLINE" in page and 'value="tiny/qwen2"' in page
+    assert not Model.objects.exists()
+
+
+def test_an_archive_uploaded_from_the_form_is_listed(models_dir, root_client):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in (("config.json", b'{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}'),):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    upload = SimpleUploadedFile("uploaded.tar.gz", buffer.getvalue())
+    response = root_client.post(reverse("console:models"), {"source": "archive", "archive": upload})
+    assert response.status_code == 302
+    page = root_client.get(reverse("console:models")).content.decode()
+    assert 'data-model="uploaded" data-status="ready"' in page and "Imported “uploaded”" in page
+
+
+def test_importing_and_failed_rows_show_a_bar_and_a_reason_with_retry(models_dir, root_client):
+    Model.objects.create(name="coming", path="-", status="importing", bytes_done=25, bytes_total=100, files_total=4)
+    Model.objects.create(name="broken", path="-", status="failed", status_reason="the hub answered 500",
+                         hub_repo="tiny/qwen2", hub_revision="main")  # fmt: skip
+    page = root_client.get(reverse("console:models")).content.decode()
+    coming = page.split('data-model="coming"', 1)[1].split("</tr>", 1)[0]
+    assert 'style="width:25.0%"' in coming and "0/4 files" in coming
+    broken = page.split('data-model="broken"', 1)[1].split("</tr>", 1)[0]
+    assert "the hub answered 500" in broken and 'value="tiny/qwen2"' in broken and "Retry" in broken

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 from hub_server import HubServer, repo_files
 from procs import free_port, wait_for
 from rest_framework.test import APIClient
@@ -185,4 +187,13 @@ def test_a_name_being_imported_is_not_taken_twice(models_dir, hub, admin_api):
     busy = admin_api.delete("/api/models/q/")
     assert busy.status_code == 409 and "being imported" in busy.json()["detail"]
     hub.bytes_per_s = None
+    assert import_ended("q").status == "ready"
+
+
+def test_an_import_whose_process_died_is_taken_up_again(models_dir, hub, admin_api):
+    Model.objects.create(name="q", path="-", status="importing", hub_repo=REPO_ID, hub_revision="main")
+    assert admin_api.post("/api/models/", {"hub": REPO_ID, "name": "q"}, format="json").status_code == 400
+    Model.objects.filter(name="q").update(updated_at=timezone.now() - timedelta(minutes=10))  # no process touches it
+    assert Model.objects.get(name="q").import_stalled
+    assert admin_api.post("/api/models/", {"hub": REPO_ID, "name": "q"}, format="json").status_code == 202
     assert import_ended("q").status == "ready"
