@@ -27,7 +27,7 @@ from control_plane.registry.hub_progress import ProgressRecorder, folder_progres
 from control_plane.registry.imports import NAME_PATTERN, ImportInvalid, name_free
 from control_plane.registry.models import Model
 from control_plane.registry.services import models_sync
-from control_plane.registry.staging import promote, staging_dir
+from control_plane.registry.staging import discard, promote, staging_dir
 from stages.provenance import Provenance, read_provenance, write_provenance
 
 log = logging.getLogger(__name__)
@@ -84,12 +84,17 @@ def _claim(name: str, repo_id: str, revision: str, user) -> Model:
               "source": f"hf:{repo_id}@{revision}", "updated_at": timezone.now()}  # fmt: skip
     resumable = existing is not None and (existing.status == Model.Status.FAILED or existing.import_stalled)
     if resumable and existing.hub_repo == repo_id:
+        if existing.hub_revision != revision:  # another revision: start afresh
+            discard(name)
         Model.objects.filter(pk=existing.pk).update(**fields)
         return Model.objects.get(pk=existing.pk)
+    if existing is not None and resumable:
+        raise ImportInvalid("name", f"a failed import of {existing.hub_repo} holds the name {name!r}: delete it first")
     if existing is not None:
         doing = "is being imported" if existing.status == Model.Status.IMPORTING else "exists already"
         raise ImportInvalid("name", f"a model named {name!r} {doing}")
     name_free(name)
+    discard(name)  # anything an earlier, forgotten import left
     return Model.objects.create(name=name, path=str(staging_dir(name)), created_by=user, **fields)
 
 
