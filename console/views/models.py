@@ -44,7 +44,8 @@ def _import(request) -> dict[str, str]:
         else:
             model = model_import_hub(repo_id=request.POST.get("hub", ""), revision=request.POST.get("revision", ""),
                                      name=name, user=request.user)  # fmt: skip
-            messages.success(request, f"Importing “{model.name}” from {model.hub_repo}: its bar below shows the download; it can be deployed once complete.")
+            notice = f"Importing “{model.name}” from {model.hub_repo}: the bar below shows the download; deploy it once ready."
+            messages.success(request, notice)
     except ImportInvalid as invalid:
         return {invalid.field: invalid.message}
     return {}
