@@ -33,18 +33,6 @@ function showProgress(row, event) {
     `${size(event.bytes_done)} / ${size(event.bytes_total)} · ${event.files_done}/${event.files_total} files`;
 }
 
-function showFailed(row, event) {
-  const cell = row.querySelector("[data-import-state]");
-  cell.textContent = "";
-  const badge = document.createElement("span");
-  badge.className = "badge failed";
-  badge.textContent = "failed";
-  const reason = document.createElement("span");
-  reason.dataset.statusReason = "";
-  reason.textContent = ` ${event.status_reason}`;
-  cell.append(badge, reason);
-}
-
 function apply(event) {
   const row = rowOf(event.name);
   if (!row) {
@@ -54,9 +42,8 @@ function apply(event) {
   const before = row.dataset.status;
   row.dataset.status = event.status;
   if (event.status === "importing") showProgress(row, event);
-  else if (event.status === "failed" && before !== "failed") showFailed(row, event);
-  else if (event.status === "ready" && before !== "ready") location.reload(); // family, size, source now known
   else if (event.status === "deleted") row.remove();
+  else if (event.status !== before) location.reload(); // ready: its family, size and source; failed: why, and Retry
 }
 
 function connect() {
