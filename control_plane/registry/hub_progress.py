@@ -23,7 +23,8 @@ HEARTBEAT_S = 5.0  # the row is touched at least this often while the download r
 
 
 def folder_progress(folder: Path, files: dict[str, int]) -> tuple[int, int]:
-    """(bytes done, files done) of a download of `files` ({path: size}) into `folder`."""
+    """(bytes done, files done) of a download of `files` ({path: size}) into `folder`. The complete
+    files are read before the partial ones, so a file that completes meanwhile is missed, not counted twice."""
     complete = [path for path, size in files.items() if _size(folder / path) == size]
     partial = (
         sum(_size(p) or 0 for p in (folder / PARTIALS).rglob("*.incomplete")) if (folder / PARTIALS).is_dir() else 0
@@ -65,6 +66,10 @@ class ProgressRecorder:
 
     def record(self) -> None:
         sample = folder_progress(self.folder, self.files)
+        if (
+            self.last is not None
+        ):  # a file renamed between the two reads of a sample is missed once, never counted twice
+            sample = (max(sample[0], self.last[0]), max(sample[1], self.last[1]))
         if sample != self.last or time.monotonic() - self.written > HEARTBEAT_S:
             self.last, self.written = sample, time.monotonic()
             Model.objects.filter(pk=self.model_pk).update(
