@@ -37,6 +37,10 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._
 REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 LISTING_TIMEOUT_S = 10.0
 DOWNLOAD_WORKERS = 4
+# huggingface_hub reads a response 10 MiB at a time and writes and counts only whole pieces: with
+# smaller ones the bar moves within a file, and a transfer that breaks off resumes (a Range request)
+# from the last piece written rather than from the file's start, for files under 10 MiB too.
+CHUNK_BYTES = 256 * 1024
 
 
 class HubImportFailed(Exception):
@@ -143,8 +147,9 @@ def hub_listing(repo_id: str, revision: str) -> Listing:
 
 
 def _download(model: Model, listing: Listing) -> None:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
+    constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES  # read at each request; this process imports one model
     folder = staging_dir(model.name)
     folder.mkdir(parents=True, exist_ok=True)
     done_bytes, done_files = folder_progress(folder, listing.files)
