@@ -19,7 +19,7 @@ import redis
 
 from stages import streams
 from stages.protocol import Abort, Drain, Export, Release, StageRequest, decoder
-from workers.processes import pid_alive
+from workers.processes import is_replica_host, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ def _loose_ids(data: bytes) -> tuple[str | None, int]:
 class ReplicaInput:
     def __init__(self, client: redis.Redis, replica_id: str, consumer: str | None = None):
         self.client = client
+        self.replica_id = replica_id
         self.stream = streams.replica_input(replica_id)
         self.group = streams.REPLICA_GROUP
         self.hostname = socket.gethostname()
@@ -97,8 +98,10 @@ class ReplicaInput:
     def claim_from_dead_consumers(self, stale_after_ms: int) -> list[InputEntry]:
         """Take over the pending entries of consumers that are gone, and drop those consumers.
 
-        A consumer on this machine is gone when its pid is; one elsewhere when it has been
-        idle longer than `stale_after_ms` (a live host reads several times a second)."""
+        A consumer on this machine is gone when its pid is, or when that pid is now another
+        process (the machine restarted: pids start over) and it has been idle longer than
+        `stale_after_ms`; one elsewhere when it has been idle that long (a live host reads
+        several times a second)."""
         claimed: list[InputEntry] = []
         for consumer in self.client.xinfo_consumers(self.stream, self.group):
             name = _text(consumer["name"])
@@ -113,7 +116,9 @@ class ReplicaInput:
     def _is_dead(self, name: str, idle_ms: int, stale_after_ms: int) -> bool:
         hostname, _, pid = name.rpartition(":")
         if hostname == self.hostname and pid.isdigit():
-            return not pid_alive(int(pid))
+            if not pid_alive(int(pid)):
+                return True
+            return idle_ms >= stale_after_ms and not is_replica_host(int(pid), self.replica_id)
         return idle_ms >= stale_after_ms
 
     def _claim(self, dead_consumer: str) -> list[InputEntry]:
