@@ -105,7 +105,11 @@ class ReplicaInput:
         claimed: list[InputEntry] = []
         for consumer in self.client.xinfo_consumers(self.stream, self.group):
             name = _text(consumer["name"])
-            if name == self.consumer or not self._is_dead(name, consumer["idle"], stale_after_ms):
+            if name == self.consumer:
+                if consumer["pending"]:  # a predecessor with this host's name and this pid (pids start over)
+                    claimed += self._predecessor_pending()
+                continue
+            if not self._is_dead(name, consumer["idle"], stale_after_ms):
                 continue
             if consumer["pending"]:
                 claimed += self._claim(name)
@@ -120,6 +124,15 @@ class ReplicaInput:
                 return True
             return idle_ms >= stale_after_ms and not is_replica_host(int(pid), self.replica_id)
         return idle_ms >= stale_after_ms
+
+    def _predecessor_pending(self, most: int = 10_000) -> list[InputEntry]:
+        """Entries pending under this consumer's own name before it read any: a previous process's."""
+        reply = self.client.xreadgroup(self.group, self.consumer, {self.stream: "0"}, count=most)
+        entries = reply[0][1] if reply else []
+        gone = [entry_id for entry_id, fields in entries if not fields]
+        if gone:  # trimmed away meanwhile: nothing to process, just clear them
+            self.client.xack(self.stream, self.group, *gone)
+        return [decode_entry(entry_id, fields) for entry_id, fields in entries if fields]
 
     def _claim(self, dead_consumer: str) -> list[InputEntry]:
         claimed = []

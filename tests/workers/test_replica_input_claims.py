@@ -47,3 +47,16 @@ def test_a_consumer_whose_pid_is_now_another_process_is_taken_over_once_idle(cli
         assert recycled not in names
     finally:
         client.delete(successor.stream)
+
+
+def test_entries_pending_under_the_new_hosts_own_name_are_taken_over(client):
+    replica_id = unique("replica")
+    same_name = f"{HERE}:{os.getpid()}"  # the host before had this pid too
+    left_pending(client, replica_id, same_name)
+    successor = ReplicaInput(client, replica_id, consumer=same_name)
+    try:
+        claimed = successor.claim_from_dead_consumers(stale_after_ms=60_000)
+        assert len(claimed) == 1
+        assert successor.read(block_ms=None) == []  # not delivered twice
+    finally:
+        client.delete(successor.stream)
