@@ -9,7 +9,7 @@ stage twice, one replica per host (`pools: ["cpu.a", "cpu.b"]`). Each phase send
 round, then `--requests` chat requests (text + audio) at `--concurrency` straight to the
 orchestrator (`serving.serve`), and reports requests/s, audio seconds per second, TTFP and RTF.
 
-    sudo .venv/bin/python benchmarks/scale_out.py --concurrency 8 --requests 32
+    sudo .venv/bin/python benchmarks/scale_out.py --concurrency 8 --requests 16
 
 Needs root (network namespaces) and 2 cores. The bar: two hosts give >= 1.7x one host's throughput.
 """
@@ -107,9 +107,11 @@ class ScaleOut:
         from control_plane.deployments.services import deployment_create
 
         deployment = deployment_create(
-            name=name, pipeline=Pipeline.objects.get(name="qwen2_5_omni"), model_dir="qwen2_5_omni",
+            name=name,
+            pipeline=Pipeline.objects.get(name="qwen2_5_omni"),
+            model_dir=str(REPO / "var" / "models" / "qwen2_5_omni"),
             deploy_config=config,
-        )  # fmt: skip
+        )
         wait_for(lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=timeout,
                  interval=0.5, what=f"{name} RUNNING")  # fmt: skip
         return deployment
@@ -193,9 +195,9 @@ def phase(bench: ScaleOut, name: str, pools: list[str], args) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=32, help="measured requests per phase (after a warm-up round)")
+    parser.add_argument("--requests", type=int, default=16, help="measured requests per phase (after a warm-up round)")
     parser.add_argument("--thinker-tokens", type=int, default=16)
-    parser.add_argument("--talker-tokens", type=int, default=64, help="codec codes per reply (50 per audio second)")
+    parser.add_argument("--talker-tokens", type=int, default=50, help="codec codes per reply (50 per audio second)")
     parser.add_argument("--cpus", default="0,1", help="the cores of host A and host B")
     args = parser.parse_args()
     why = available()
