@@ -28,9 +28,14 @@ def bed(namespaces_ok):
         hosts.remove()
 
 
+@pytest.fixture(scope="session")
+def hosts_pipeline_definitions():
+    return discover_pipelines()
+
+
 @pytest.fixture
-def hosts_operator(transactional_db, django_user_model):
-    pipeline_sync(discover_pipelines())
+def hosts_operator(transactional_db, django_user_model, hosts_pipeline_definitions):
+    pipeline_sync(hosts_pipeline_definitions)
     user = django_user_model.objects.create_user("hosts-operator", password="x", is_staff=True)
     _, secret = api_key_create(user=user, name="ops", scopes=["inference", "deployments:read", "deployments:write"])
     return secret
