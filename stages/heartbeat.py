@@ -4,9 +4,10 @@ Liveness is the key's existence: it expires `ttl_s` after the last beat, so a pr
 that dies (even with kill -9) disappears from readiness within the TTL.
 
 With `lease_after_s`, the key is also a lease: a process cut off from Redis longer than that
-(a network partition) was given up by the control plane meanwhile, so when it reaches Redis
-again and finds its key gone, it does not write it back; it calls `on_lost` instead. A key
-gone because Redis itself restarted (a new `run_id`) is written back as before.
+(a network partition: its beats failed) was given up by the control plane meanwhile, so when
+it reaches Redis again and finds its key gone, it does not write it back; it calls `on_lost`
+instead. A key gone because Redis itself restarted (a new `run_id`), or because the process
+was too starved of CPU to beat in time (no beat failed), is written back as before.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Heartbeat:
         self.on_lost = on_lost
         self.lost = threading.Event()
         self._written_at: float | None = None
+        self._failed_since_written = False
         self._run_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat:{key}", daemon=True)
@@ -56,11 +58,17 @@ class Heartbeat:
             self.client.set(self.key, body, px=self.ttl_ms)
             self._wrote()
             return
-        if self.client.set(self.key, body, px=self.ttl_ms, xx=True):
+        try:
+            written = self.client.set(self.key, body, px=self.ttl_ms, xx=True)
+        except redis.RedisError:
+            self._failed_since_written = True
+            raise
+        if written:
             self._wrote()
             return
         silent_s = time.monotonic() - self._written_at
-        if silent_s <= self.lease_after_s or self._redis_restarted():
+        cut_off = self._failed_since_written and silent_s > self.lease_after_s
+        if not cut_off or self._redis_restarted():
             self.client.set(self.key, body, px=self.ttl_ms)
             self._wrote()
             return
@@ -71,6 +79,7 @@ class Heartbeat:
 
     def _wrote(self) -> None:
         self._written_at = time.monotonic()
+        self._failed_since_written = False
         if self.lease_after_s is not None and self._run_id is None:
             self._run_id = self._server_run_id()
 

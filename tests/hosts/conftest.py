@@ -3,6 +3,8 @@ even when it fails), the live platform over them, and the tiny Qwen2.5-Omni chec
 
 from __future__ import annotations
 
+import signal
+
 import host_bed
 import pytest
 from hosts_stack import HostsStack
@@ -17,6 +19,13 @@ def namespaces_ok():
     why = host_bed.available()
     if why is not None:
         unavailable(f"two-host tests need network, mount, UTS and pid namespaces: {why}")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed run still removes its hosts
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture
@@ -43,7 +52,14 @@ def hosts_operator(transactional_db, django_user_model, hosts_pipeline_definitio
 
 @pytest.fixture
 def hosts_stack(bed, platform_env, tmp_path, hosts_operator):
-    env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
+    env = {
+        **platform_env,
+        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+        # six replica hosts importing torch at once on a loaded machine starve their heartbeat threads
+        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+        "OMNISTAGE_HEARTBEAT_TTL": "4",
+    }
     stack = HostsStack(bed, env, tmp_path, hosts_operator)
     try:
         yield stack.start()
