@@ -2,7 +2,8 @@
 the tiny Qwen2.5-Omni with its thinker on host A and talker + code2wav on host B, and with every
 stage on both hosts. The connectors keep a payload in shared memory when its reader runs on the
 writer's host and send it through Redis when it runs on the other one, as the transfer counters
-on the replica rows show."""
+on the replica rows show. (The thinker's hidden states are the omni's tensor payloads: the talker
+hands code2wav its codes as token ids.)"""
 
 from __future__ import annotations
 
@@ -36,6 +37,15 @@ def counts(replica: dict) -> dict[str, int]:
     return {name: int(totals["count"]) for name, totals in (replica["transfers"] or {}).items()}
 
 
+def published(stack, name: str, ready) -> list[dict]:
+    """The deployment's replica rows once `ready(rows)` holds (their counters come with heartbeats)."""
+    try:
+        return wait_for(lambda: (lambda rows: rows if ready(rows) else None)(stack.replicas(name)), timeout=60,
+                        interval=0.5, what="the replicas' published transfers")  # fmt: skip
+    except TimeoutError:
+        raise AssertionError([(r["stage"], r["host"], counts(r)) for r in stack.replicas(name)]) from None
+
+
 def run_requests(stack, deployment_id: str, texts: list[str]) -> list[list]:
     async def every():
         return await asyncio.gather(*(collect(stack.redis.url(), deployment_id, omni_request(t)) for t in texts))
@@ -59,17 +69,13 @@ def test_thinker_on_one_host_and_talker_with_code2wav_on_the_other(hosts_stack, 
 
     assert_spoken(run_requests(stack, created["id"], ["Hello there.", "How are you?"]))
 
-    def moved() -> dict[str, dict[str, int]] | None:
-        by_stage = {r["stage"]: counts(r) for r in stack.replicas("split")}
-        thinker, talker, code2wav = by_stage["thinker"], by_stage["talker"], by_stage["code2wav"]
-        ready = thinker.get("redis.put", 0) > 0 and code2wav.get("shm.get", 0) > 0 and talker.get("redis.get", 0) > 0
-        return by_stage if ready else None
+    def crossed(rows: list[dict]) -> bool:
+        by_stage = {r["stage"]: counts(r) for r in rows}
+        return by_stage["thinker"].get("redis.put", 0) > 0 and by_stage["talker"].get("redis.get", 0) > 0
 
-    by_stage = wait_for(moved, timeout=60, interval=0.5, what="the replicas' published transfers")
-    # thinker -> talker crosses hosts: Redis; talker -> code2wav stays on host B: shared memory
-    assert "shm.put" not in by_stage["thinker"], by_stage
-    assert by_stage["talker"].get("shm.put", 0) > 0 and "redis.put" not in by_stage["talker"], by_stage
-    assert "redis.get" not in by_stage["code2wav"], by_stage
+    by_stage = {r["stage"]: counts(r) for r in published(stack, "split", crossed)}
+    # thinker -> talker crosses hosts: the hidden states go through Redis, never shared memory
+    assert "shm.put" not in by_stage["thinker"] and "shm.get" not in by_stage["talker"], by_stage
     assert not any(kind in stage for stage in by_stage.values() for kind in ("shm.fallback", "shm.export")), by_stage
 
 
@@ -84,18 +90,17 @@ def test_every_stage_on_both_hosts_keeps_each_request_on_one_host_in_shared_memo
 
     assert_spoken(run_requests(stack, created["id"], [f"Question number {i}." for i in range(4)]))
 
-    def moved() -> list[dict] | None:
-        replicas = stack.replicas("spread")
-        read = [counts(r).get("shm.get", 0) for r in replicas if r["stage"] == "code2wav"]
-        return replicas if all(read) else None  # both hosts' chains ran
+    def both_hosts_read(rows: list[dict]) -> bool:  # each host's talker read its thinker's shared memory
+        return all(counts(r).get("shm.get", 0) for r in rows if r["stage"] == "talker")
 
-    replicas = wait_for(moved, timeout=60, interval=0.5, what="both hosts' published transfers")
+    replicas = published(stack, "spread", both_hosts_read)
     for replica in replicas:
         seen = counts(replica)
+        where = (replica["stage"], replica["host"], seen)
         crossed = [
             kind for kind in seen if kind == "redis.get" or (kind == "redis.put" and replica["stage"] != "code2wav")
         ]
-        assert not crossed, (replica["stage"], replica["host"], seen)  # code2wav's audio is for the client
-        assert "shm.fallback" not in seen and "shm.export" not in seen, (replica["stage"], replica["host"], seen)
-        if replica["stage"] != "code2wav":
-            assert seen.get("shm.put", 0) > 0, (replica["stage"], replica["host"], seen)
+        assert not crossed, where  # code2wav's audio is for the client, whose API may be anywhere
+        assert "shm.fallback" not in seen and "shm.export" not in seen, where
+        if replica["stage"] == "thinker":
+            assert seen.get("shm.put", 0) > 0, where
