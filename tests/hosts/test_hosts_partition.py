@@ -11,12 +11,12 @@ import time
 import pytest
 from host_failures import (
     RESOLVE_S,
+    all_running,
     burst,
     check_outcomes,
     deploy_on_both,
     held_by,
     nothing_pending,
-    rejoined,
     seconds_until_released,
     seen_once,
     took_work,
@@ -54,7 +54,7 @@ def test_a_partitioned_host_loses_its_requests_cleanly_and_answers_none_twice_af
         finally:
             stack.bed.heal("b")
 
-        replicas = rejoined(stack, "split-brain")
+        replicas = all_running(stack, "split-brain")
         before = took_work(stack, "split-brain", "host-b")
         again = burst(log)
         log.wait_ended(again, timeout=600)
