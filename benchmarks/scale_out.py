@@ -40,11 +40,12 @@ POOLS = "cpu,gpu,cpu.a,cpu.b"
 def deploy_config(pools: list[str], talker_tokens: int) -> dict:
     stage = {"replicas": len(pools), "pools": pools}
     return {
+        "max_realtime_lag_s": None,  # a loaded core falls behind real time: measure it, do not fail it
         "stages": {
             "thinker": stage,
             "talker": {**stage, "sampling": {"max_tokens": talker_tokens}},
             "code2wav": stage,
-        }
+        },
     }
 
 
@@ -72,8 +73,8 @@ class ScaleOut:
         self.redis = TcpRedis(self.scratch / "redis", self.bed.root_ips).start()
         env = {
             **os.environ,
-            "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-            "OMNISTAGE_HEARTBEAT_TTL": "3",
+            "OMNISTAGE_HEARTBEAT_INTERVAL": "1",
+            "OMNISTAGE_HEARTBEAT_TTL": "10",  # three replica hosts loading on one shared core starve shorter ones
             "OMNISTAGE_LOG_LEVEL": "WARNING",
             "OMNISTAGE_KNOWN_POOLS": POOLS,
             "OMNISTAGE_VAR_DIR": str(self.scratch),
