@@ -154,6 +154,9 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     device: str = "cpu"
     replicas: int = 1
     pool: str = "cpu"
+    pools: list[str] = []
+    """Spread the replicas over several pools, one per host for instance (`["cpu.a", "cpu.b"]`):
+    replica i goes to pools[i % len(pools)]. Empty: every replica goes to `pool`."""
     max_batch: int = 16
     max_length: int = 2048
     dtype: DType = "float32"
@@ -183,6 +186,10 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     max_waiting: int | None = None
     """Admission: requests admitted per replica beyond `max_running`, queued or still upstream
     (None: `max_batch`). A request that finds every stage it needs full is refused with a 503."""
+
+    def pool_of(self, index: int) -> str:
+        """The pool that hosts replica `index`."""
+        return self.pools[index % len(self.pools)] if self.pools else self.pool
 
     @property
     def running_limit(self) -> int:
@@ -222,8 +229,9 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
                 raise ConfigError(f"{path}.sampling", str(error)) from None
         if not _is_device(self.device):
             raise ConfigError(f"{path}.device", f"expected 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if not self.pool or not self.pool.replace(".", "").replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"{path}.pool", f"expected a queue name such as 'cpu' or 'gpu.h200', got {self.pool!r}")
+        for field, pool in [("pool", self.pool), *((f"pools.{i}", name) for i, name in enumerate(self.pools))]:
+            if not pool or not pool.replace(".", "").replace("-", "").replace("_", "").isalnum():
+                raise ConfigError(f"{path}.{field}", f"expected a queue name such as 'cpu' or 'gpu.h200', got {pool!r}")
         if self.group is not None and not _is_name(self.group):
             raise ConfigError(f"{path}.group", f"expected a name of letters, digits, '-' or '_', got {self.group!r}")
 

@@ -4,7 +4,8 @@ Stages whose deploy config names the same `group` are hosted by one process
 (`workers.group_host`), which hands a request's outputs from one of them to the next in
 memory instead of through the orchestrator and Redis. The rules:
 
-- a group has at least two stages, on one device and pool, with one replica count (the group's);
+- a group has at least two stages, on one device and pool (or pools), with one replica count
+  (the group's);
 - exactly one member, the group's entry, takes input from outside the group (the client's
   request, or a stage outside it); the others read only from members;
 - what leaves the group: the outputs of the members the client sees, carrying only their
@@ -119,8 +120,8 @@ def validate_groups(pipeline: PipelineConfig, deploy: DeployConfig) -> None:
         if len(stage_ids) < 2:
             raise ConfigError(path, f"group {name!r} has one stage ({names[0]}); a group needs at least two")
         configs = [deploy.for_stage(pipeline.stage(sid)) for sid in stage_ids]
-        for field in ("device", "pool", "replicas"):
-            values = {getattr(config, field) for config in configs}
+        for field in ("device", "pool", "pools", "replicas"):
+            values = {repr(getattr(config, field)) for config in configs}
             if len(values) > 1:
                 found = {stage: getattr(config, field) for stage, config in zip(names, configs, strict=True)}
                 raise ConfigError(path, f"the stages of group {name!r} must share one {field}, got {found}")

@@ -1,11 +1,12 @@
 """Which payloads of a replica's outputs may stay in this host's shared memory.
 
 One may when a single downstream stage reads it (not the client: the API may run on
-another host) and every live replica of that stage runs on this host, as their
-heartbeats say. Replica hosts announce themselves in `streams.deployment_replicas`; the
-answer is cached for `refresh_s`, so a reader that comes up elsewhere meanwhile can still
-be handed a segment it cannot map: it then asks the writer for it
-(`workers.foreign_payloads`).
+another host) and a live replica of that stage runs on this host, as their heartbeats
+say: the orchestrator then places the request's next stage on this host (it prefers the
+upstream replica's host). Replica hosts announce themselves in `streams.deployment_replicas`;
+the answer is cached for `refresh_s`. A reader on another host all the same (the local one
+was busy placing elsewhere, or died) is handed a segment it cannot map: it then asks the
+writer for it (`workers.foreign_payloads`).
 """
 
 from __future__ import annotations

@@ -37,6 +37,10 @@ Failure rules:
   (default 120) the requests still running fail instead.
 - When the worker whose pid is --parent-pid exits, running requests fail, the host reports
   ERROR and exits 3.
+- Cut off from Redis longer than its heartbeat lease (a partition: `stages.heartbeat`), the host
+  finds its heartbeat key expired when Redis is back: the control plane has re-routed or failed
+  its requests meanwhile, so it drops them unanswered, reports ERROR and exits 1 (and is
+  restarted), rather than serve on as a replica the control plane gave up.
 
 Exit codes: 0 drained (or another live host already serves this replica), 1 failed, 3 parent gone.
 """
@@ -210,6 +214,8 @@ class ReplicaHost:
         while True:
             if self.watch is not None and self.watch.gone.is_set():
                 return self._abandon(f"the worker process {self.watch.parent_pid} hosting this replica exited")
+            if self.reporter.lease_lost:
+                return self._fenced()
             if self.stop_requested.is_set() and self.draining_since is None:
                 self._begin_drain("stop signal")
             try:
@@ -437,6 +443,17 @@ class ReplicaHost:
         self._fail_all(StageError(message=f"replica {self.spec.replica_id!r} stopped: {reason}", code="replica_lost"))
         self.reporter.set_state("ERROR", error=reason)
         return PARENT_GONE_EXIT_CODE
+
+    def _fenced(self) -> int:
+        """Cut off from Redis longer than its lease: the orchestrator re-routed or failed its requests
+        and the reconciler scheduled a restart; stop serving (their outputs would be stale)."""
+        reason = "cut off from Redis for longer than its heartbeat lease; restarting"
+        log.warning("replica %s: %s (%d requests dropped)", self.spec.replica_id, reason, len(self.running))
+        for request_id in list(self.running):
+            self._abort(request_id)
+        self._outbox = []
+        self.reporter.set_state("ERROR", error=reason)
+        return EXIT_FAILED
 
     def _report_parent_gone(self) -> None:
         """Called by the parent watch when the loop could not stop in time (loading, or a step hangs)."""

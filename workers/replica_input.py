@@ -19,7 +19,7 @@ import redis
 
 from stages import streams
 from stages.protocol import Abort, Drain, Export, Release, StageRequest, decoder
-from workers.processes import pid_alive
+from workers.processes import is_replica_host, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ def _loose_ids(data: bytes) -> tuple[str | None, int]:
 class ReplicaInput:
     def __init__(self, client: redis.Redis, replica_id: str, consumer: str | None = None):
         self.client = client
+        self.replica_id = replica_id
         self.stream = streams.replica_input(replica_id)
         self.group = streams.REPLICA_GROUP
         self.hostname = socket.gethostname()
@@ -97,12 +98,18 @@ class ReplicaInput:
     def claim_from_dead_consumers(self, stale_after_ms: int) -> list[InputEntry]:
         """Take over the pending entries of consumers that are gone, and drop those consumers.
 
-        A consumer on this machine is gone when its pid is; one elsewhere when it has been
-        idle longer than `stale_after_ms` (a live host reads several times a second)."""
+        A consumer on this machine is gone when its pid is, or when that pid is now another
+        process (the machine restarted: pids start over) and it has been idle longer than
+        `stale_after_ms`; one elsewhere when it has been idle that long (a live host reads
+        several times a second)."""
         claimed: list[InputEntry] = []
         for consumer in self.client.xinfo_consumers(self.stream, self.group):
             name = _text(consumer["name"])
-            if name == self.consumer or not self._is_dead(name, consumer["idle"], stale_after_ms):
+            if name == self.consumer:
+                if consumer["pending"]:  # a predecessor with this host's name and this pid (pids start over)
+                    claimed += self._predecessor_pending()
+                continue
+            if not self._is_dead(name, consumer["idle"], stale_after_ms):
                 continue
             if consumer["pending"]:
                 claimed += self._claim(name)
@@ -113,8 +120,19 @@ class ReplicaInput:
     def _is_dead(self, name: str, idle_ms: int, stale_after_ms: int) -> bool:
         hostname, _, pid = name.rpartition(":")
         if hostname == self.hostname and pid.isdigit():
-            return not pid_alive(int(pid))
+            if not pid_alive(int(pid)):
+                return True
+            return idle_ms >= stale_after_ms and not is_replica_host(int(pid), self.replica_id)
         return idle_ms >= stale_after_ms
+
+    def _predecessor_pending(self, most: int = 10_000) -> list[InputEntry]:
+        """Entries pending under this consumer's own name before it read any: a previous process's."""
+        reply = self.client.xreadgroup(self.group, self.consumer, {self.stream: "0"}, count=most)
+        entries = reply[0][1] if reply else []
+        gone = [entry_id for entry_id, fields in entries if not fields]
+        if gone:  # trimmed away meanwhile: nothing to process, just clear them
+            self.client.xack(self.stream, self.group, *gone)
+        return [decode_entry(entry_id, fields) for entry_id, fields in entries if fields]
 
     def _claim(self, dead_consumer: str) -> list[InputEntry]:
         claimed = []

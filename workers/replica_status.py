@@ -29,6 +29,8 @@ from workers.processes import is_replica_host
 log = logging.getLogger(__name__)
 
 LIVE_STATES: frozenset[str] = frozenset({"LOADING", "READY", "DRAINING"})
+LEASE_TTLS = 2.0
+"""A host whose heartbeat could not be written for this many TTLs has lost its lease."""
 
 
 def heartbeat_interval_s() -> float:
@@ -94,7 +96,14 @@ class StatusReporter:
         )
         self._lock = threading.Lock()
         interval = interval_s if interval_s is not None else heartbeat_interval_s()
-        self.heartbeat = Heartbeat(client, self.key, interval_s=interval, ttl_s=self.ttl_s, payload=self._payload)
+        self.heartbeat = Heartbeat(
+            client,
+            self.key,
+            interval_s=interval,
+            ttl_s=self.ttl_s,
+            payload=self._payload,
+            lease_after_s=LEASE_TTLS * self.ttl_s,
+        )
         self._beating = False
 
     def claim(self) -> str | None:
@@ -163,9 +172,15 @@ class StatusReporter:
         except redis.RedisError as failure:  # upstream replicas then use Redis for payloads: still correct
             log.warning("replica %s: could not update the replica index: %s", replica_id, failure)
 
+    @property
+    def lease_lost(self) -> bool:
+        """Cut off from Redis long enough that the control plane has given this host up (its requests
+        re-routed or failed, a restart scheduled): it must stop serving (`stages.heartbeat`)."""
+        return self.heartbeat.lost.is_set()
+
     def _beat_now(self) -> None:
         try:
-            self.heartbeat.beat()
+            self.heartbeat.beat(force=self.status.state == "ERROR")
         except redis.RedisError as failure:
             log.warning("replica %s: heartbeat failed: %s", self.status.replica_id, failure)
 

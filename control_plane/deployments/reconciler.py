@@ -117,7 +117,7 @@ def _reconcile_replica(deployment, replica: Replica, status: ReplicaStatus | Non
         _fail(replica, status.error or "the replica host reported an error", now, permanent=status.permanent)
         return
     if state == S.SCHEDULED:
-        _observe_scheduled(replica, status, now, pools)
+        _observe_scheduled(deployment, replica, status, now, pools)
         return
     if state in ACTIVE:
         if status is None:
@@ -126,7 +126,7 @@ def _reconcile_replica(deployment, replica: Replica, status: ReplicaStatus | Non
         _observe_active(deployment, replica, status, now)
 
 
-def _observe_scheduled(replica: Replica, status: ReplicaStatus | None, now, pools) -> None:
+def _observe_scheduled(deployment, replica: Replica, status: ReplicaStatus | None, now, pools) -> None:
     if status is None:
         reason = "" if pools.get(replica.pool) else f"waiting for a worker of pool {replica.pool!r} (none is live)"
         if reason != replica.state_reason:
@@ -136,7 +136,12 @@ def _observe_scheduled(replica: Replica, status: ReplicaStatus | None, now, pool
             Replica.objects.filter(pk=replica.pk, state=S.SCHEDULED).update(state_changed_at=now)
             start_replica(replica)
         return
-    target = S.LOADING if status.state == "LOADING" else S.WARMING
+    if status.state == "LOADING":
+        target = S.LOADING
+    elif status.state == "READY":  # first seen ready: it loaded between two looks, or its host was cut off
+        target = S.RUNNING if deployment.state == S.RUNNING else S.WARMING
+    else:
+        return  # a host on its way out (told to drain while cut off): once it is gone, it is started again
     transition(Replica, replica.pk, [S.SCHEDULED], target, at=now, **_observed(status, now), state_reason="")
 
 

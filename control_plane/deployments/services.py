@@ -47,10 +47,12 @@ def validate_deploy_config(pipeline: Pipeline, data: dict) -> DeployConfig:
     for stage in config.stages:
         stage_deploy = deploy.for_stage(stage)
         path = f"deploy_config.stages.{stage.name}"
-        if stage_deploy.pool not in settings.KNOWN_POOLS:
-            raise DeploymentInvalid(
-                f"{path}.pool", f"unknown pool {stage_deploy.pool!r} (known: {settings.KNOWN_POOLS})"
-            )
+        for field, pool in [
+            ("pool", stage_deploy.pool),
+            *((f"pools.{i}", p) for i, p in enumerate(stage_deploy.pools)),
+        ]:
+            if pool not in settings.KNOWN_POOLS:
+                raise DeploymentInvalid(f"{path}.{field}", f"unknown pool {pool!r} (known: {settings.KNOWN_POOLS})")
         if stage_deploy.device != "cpu":
             devices = live_devices() if devices is None else devices
             wanted = "cuda:0" if stage_deploy.device == "cuda" else stage_deploy.device
@@ -126,7 +128,7 @@ def replica_row_create(
         group=group.name if group is not None else "",
         members=members,
         index=index,
-        pool=stage_deploy.pool,
+        pool=stage_deploy.pool_of(index),
         device=stage_deploy.device,
         revision=revision,
         **fields,

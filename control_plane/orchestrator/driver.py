@@ -388,7 +388,13 @@ class RedisOrchestrator:
             ready = status is not None and status.state == "READY"
             if ready and replica_id not in self.replicas_up:
                 self.replicas_up.add(replica_id)
-                event = ReplicaUp(replica_id=replica_id, deployment_id=str(deployment_id), stage=stage, at=time.time())
+                event = ReplicaUp(
+                    replica_id=replica_id,
+                    deployment_id=str(deployment_id),
+                    stage=stage,
+                    host=status.host,
+                    at=time.time(),
+                )
                 self._with_all_requests([str(deployment_id)], event)
             elif not ready and replica_id in self.replicas_up:
                 self.replicas_up.discard(replica_id)

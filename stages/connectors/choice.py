@@ -22,7 +22,7 @@ def choose_connector(
 
 
 def reader_is_local(reader_hosts: Iterable[str], here: str) -> bool:
-    """Whether a payload's reader runs on this host: the stage that reads it has live
-    replicas, and every one of them runs here (any of them may be chosen to read it)."""
-    hosts = set(reader_hosts)
-    return bool(here) and hosts == {here}
+    """Whether a payload's reader runs on this host: a live replica of the stage that reads it
+    runs here (the orchestrator places a request's next stage on its upstream's host when it can;
+    a reader elsewhere asks the writer to export the segment to Redis)."""
+    return bool(here) and here in set(reader_hosts)

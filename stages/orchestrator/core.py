@@ -74,6 +74,8 @@ class Replica:
     replica_id: str
     deployment_id: str
     stage: str
+    host: str = ""
+    """The machine it runs on (its heartbeat says); "" when unknown."""
     holding: set[str] = field(default_factory=set)
     """`<request_id>/<stage_id>` of the requests this orchestrator placed there and that still run."""
     draining: bool = False
@@ -162,7 +164,7 @@ class Orchestrator:
     def _replica_up(self, event: ReplicaUp) -> list[Action]:
         if event.replica_id in self.replicas:
             return []  # a heartbeat of a replica we know: stages only wait when their stage had none
-        replica = Replica(event.replica_id, event.deployment_id, event.stage)
+        replica = Replica(event.replica_id, event.deployment_id, event.stage, host=event.host)
         self.replicas[event.replica_id] = self._adopt_holdings(replica)
         actions: list[Action] = []
         for state in list(self.requests.values()):
@@ -205,7 +207,10 @@ class Orchestrator:
             replica.draining = True
         return []
 
-    def _choose_replica(self, deployment_id: str, stage: str) -> Replica | None:
+    def _choose_replica(self, deployment_id: str, stage: str, near: set[str] = frozenset()) -> Replica | None:
+        """The least busy replica of `stage` that is not draining, among those on a host in `near`
+        (the hosts of the request's upstream replicas) when there are any: payloads then stay in
+        that host's shared memory instead of crossing to another host through Redis."""
         candidates = [
             r
             for r in self.replicas.values()
@@ -213,7 +218,17 @@ class Orchestrator:
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda replica: (len(replica.holding), replica.replica_id))
+        return min(candidates, key=lambda replica: (replica.host not in near, len(replica.holding), replica.replica_id))
+
+    def _upstream_hosts(self, state: RequestState, stage_id: int) -> set[str]:
+        """Hosts of the replicas that run the stages feeding `stage_id` for this request."""
+        hosts = set()
+        for source in self._deployment(state).upstream_ids.get(stage_id, []):
+            progress = state.stages.get(source)
+            replica = self.replicas.get(progress.replica_id or "") if progress is not None else None
+            if replica is not None and replica.host:
+                hosts.add(replica.host)
+        return hosts
 
     # ---------------------------------------------------------------- requests
 
@@ -297,7 +312,7 @@ class Orchestrator:
 
     def _place_and_flush(self, state: RequestState, stage_id: int, at: float) -> list[Action]:
         progress = state.stages[stage_id]
-        replica = self._choose_replica(state.deployment_id, progress.name)
+        replica = self._choose_replica(state.deployment_id, progress.name, self._upstream_hosts(state, stage_id))
         if replica is None:
             return []  # waits for a ReplicaUp, or times out
         replica.holding.add(_holding_key(state.request_id, stage_id))

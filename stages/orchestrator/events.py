@@ -37,6 +37,8 @@ class ReplicaUp(Event, kw_only=True):
     replica_id: str
     deployment_id: str
     stage: str
+    host: str = ""
+    """The machine it runs on: downstream stages of a request prefer replicas on its upstream's host."""
 
 
 class ReplicaDown(Event, kw_only=True):

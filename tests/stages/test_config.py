@@ -66,6 +66,7 @@ def test_a_stage_left_out_takes_the_stage_default_backend():
         ({"stages": {"llm": {"replicas": "two"}}}, "stages.llm.replicas"),
         ({"stages": {"llm": {"device": "tpu"}}}, "stages.llm.device"),
         ({"stages": {"llm": {"pool": "bad pool!"}}}, "stages.llm.pool"),
+        ({"stages": {"llm": {"pools": ["cpu.a", "bad pool!"]}}}, "stages.llm.pools.1"),
         ({"stages": {"llm": {"backend": "tensorrt"}}}, "stages.llm.backend"),
         ({"stages": {"llm": {"load_format": "random"}}}, "stages.llm.load_format"),
         ({"stages": {"talker": {}}}, "stages.talker"),
@@ -78,6 +79,14 @@ def test_deploy_errors_name_the_field(data, field):
         load_deploy_config(data, LLM_PIPELINE)
     assert excinfo.value.field == field
     assert field in str(excinfo.value)
+
+
+def test_replicas_spread_over_the_pools_in_turn():
+    spread = load_deploy_config({"stages": {"llm": {"replicas": 3, "pools": ["cpu.a", "cpu.b"]}}}, LLM_PIPELINE)
+    stage = spread.for_stage(LLM_PIPELINE.stage_named("llm"))
+    assert [stage.pool_of(index) for index in range(3)] == ["cpu.a", "cpu.b", "cpu.a"]
+    single = load_deploy_config({"stages": {"llm": {"replicas": 2, "pool": "gpu"}}}, LLM_PIPELINE)
+    assert [single.for_stage(LLM_PIPELINE.stage_named("llm")).pool_of(i) for i in range(2)] == ["gpu", "gpu"]
 
 
 def test_unknown_deploy_field_is_rejected_with_its_name():

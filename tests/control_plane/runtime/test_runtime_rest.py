@@ -34,6 +34,7 @@ def test_pipelines_are_listed_with_their_stage_graph(client):
     ("deploy_config", "field"),
     [
         ({"stages": {"echo": {"pool": "tpu"}}}, "deploy_config.stages.echo.pool"),
+        ({"stages": {"echo": {"pools": ["cpu", "tpu"]}}}, "deploy_config.stages.echo.pools.1"),
         ({"stages": {"echo": {"replicas": 0}}}, "deploy_config.stages.echo.replicas"),
         ({"stages": {"echo": {"device": "cuda:7"}}}, "deploy_config.stages.echo.device"),
         ({"stages": {"echo": {"device": "tpu"}}}, "deploy_config.stages.echo.device"),

@@ -33,9 +33,10 @@ def writer(redis_client, request):
         path.unlink()
 
 
-def test_a_reader_is_local_only_when_every_replica_of_its_stage_runs_here():
+def test_a_reader_is_local_when_a_replica_of_its_stage_runs_here():
     assert reader_is_local(["host-a", "host-a"], "host-a")
-    assert not reader_is_local(["host-a", "host-b"], "host-a")
+    assert reader_is_local(["host-a", "host-b"], "host-a")  # the orchestrator places it on host-a
+    assert not reader_is_local(["host-b"], "host-a")
     assert not reader_is_local([], "host-a")  # none live: the one that comes up may be anywhere
     assert not reader_is_local(["host-a"], "")
 

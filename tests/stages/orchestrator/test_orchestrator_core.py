@@ -233,6 +233,24 @@ def test_least_loaded_replica_is_chosen_and_chunks_stick_to_it():
     assert again == of_type(output(core, "r1", seq=2, text="c"), SendToReplica)[0].replica_id
 
 
+def test_the_next_stage_runs_on_the_host_of_the_stage_feeding_it_when_one_of_its_replicas_is_there():
+    core = make_core("chain", replicas={"echo": [], "echo2": []})
+    hosts = {"e-a": "host-a", "e-b": "host-b", "f-a": "host-a", "f-b": "host-b"}
+    for replica_id, host in hosts.items():
+        stage = "echo" if replica_id.startswith("e") else "echo2"
+        core.handle(ReplicaUp(replica_id=replica_id, deployment_id=DEPLOYMENT, stage=stage, host=host))
+    placed = {rid: of_type(submit(core, rid), SendToReplica)[0].replica_id for rid in ("r1", "r2", "r3", "r4")}
+    readers = {rid: of_type(output(core, rid, seq=0, text="a"), SendToReplica)[0].replica_id for rid in placed}
+    assert {rid: hosts[readers[rid]] for rid in placed} == {rid: hosts[placed[rid]] for rid in placed}
+    assert sorted(placed.values()) == ["e-a", "e-a", "e-b", "e-b"]  # the entry stage is still balanced
+
+    apart = make_core("chain", replicas={"echo": [], "echo2": []})
+    apart.handle(ReplicaUp(replica_id="e-b", deployment_id=DEPLOYMENT, stage="echo", host="host-b"))
+    apart.handle(ReplicaUp(replica_id="f-a", deployment_id=DEPLOYMENT, stage="echo2", host="host-a"))
+    submit(apart, "r5")
+    assert of_type(output(apart, "r5", seq=0, text="a"), SendToReplica)[0].replica_id == "f-a"  # none on its host
+
+
 def test_replica_down_before_client_output_reroutes_under_a_new_wire_id():
     core = make_core("chain", replicas={"echo": ["e-a", "e-b"], "echo2": ["f-a"]})
     (send,) = of_type(submit(core), SendToReplica)
