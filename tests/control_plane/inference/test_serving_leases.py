@@ -20,7 +20,10 @@ async def test_a_held_lease_is_renewed_and_the_last_release_ends_the_renewal_qui
         leases = leases_module.ServingLeases(client)
         await leases.hold("req-lease-test")
         first = await client.zscore(serving_leases(), "req-lease-test")
-        await asyncio.sleep(0.2)
+        for _ in range(200):  # until a renewal has landed (each is RENEW_S apart)
+            if await client.zscore(serving_leases(), "req-lease-test") > first:
+                break
+            await asyncio.sleep(0.05)
         assert await client.zscore(serving_leases(), "req-lease-test") > first
         with caplog.at_level(logging.WARNING, logger=leases_module.__name__):
             await leases.release("req-lease-test")  # while the renewal sleeps
