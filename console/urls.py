@@ -2,6 +2,8 @@ from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 
 from console.views import audit, auth, catalog, dashboard, deployments, history, keys, models, playgrounds, voice
+from console.views import revisions as revision_views
+from console.views.deployment_charts import deployment_charts_data
 
 app_name = "console"
 urlpatterns = [
@@ -16,10 +18,13 @@ urlpatterns = [
     path("deployments/panel/", deployments.deployments_panel, name="deployments-panel"),
     path("deployments/<slug:name>/", deployments.deployment_detail, name="deployment"),
     path("deployments/<slug:name>/panel/", deployments.deployment_panel, name="deployment-panel"),
+    path("deployments/<slug:name>/charts/", deployment_charts_data, name="deployment-charts"),
     path("deployments/<slug:name>/scale/", deployments.deployment_scale_view, name="deployment-scale"),
     path("deployments/<slug:name>/stop/", deployments.deployment_stop_view, name="deployment-stop"),
     path("deployments/<slug:name>/start/", deployments.deployment_start_view, name="deployment-start"),
     path("deployments/<slug:name>/delete/", deployments.deployment_delete_view, name="deployment-delete"),
+    path("deployments/<slug:name>/edit/", revision_views.deployment_edit, name="deployment-edit"),
+    path("deployments/<slug:name>/rollback/", revision_views.deployment_rollback_view, name="deployment-rollback"),
     path("playground/voice/", voice.voice_playground, name="voice"),
     path("playground/voice/code/", voice.voice_code, name="voice-code"),
     path("playground/video/api-jobs/", playgrounds.video_api_jobs, name="video-api-jobs"),

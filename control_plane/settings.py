@@ -255,6 +255,7 @@ try:
     KNOWN_POOLS = env_list("OMNISTAGE_KNOWN_POOLS", sorted({*WORKER_POOLS, "cpu", "gpu"}))
     REPLICA_BACKOFF_BASE_S = env_float("OMNISTAGE_REPLICA_BACKOFF_BASE_S", 10.0, minimum=0.1)
     REPLICA_BACKOFF_MAX_S = env_float("OMNISTAGE_REPLICA_BACKOFF_MAX_S", 300.0, minimum=0.1)
+    ROLLOUT_READY_TIMEOUT_S = env_float("OMNISTAGE_ROLLOUT_READY_TIMEOUT_S", 600.0, minimum=1.0)
     WARMUP_TIMEOUT_S = env_float("OMNISTAGE_WARMUP_TIMEOUT_S", 300.0, minimum=1.0)
     REQUEST_STREAM_TTL_S = env_int("OMNISTAGE_REQUEST_STREAM_TTL_S", 600, minimum=10)
 except EnvError as error:

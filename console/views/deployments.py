@@ -9,9 +9,11 @@ from console.graph import stage_graph
 from console.pages import render_page
 from console.replica_logs import replica_log_tails
 from console.scaling import scaling_notices, scaling_requested
+from console.views.revisions import revision_history
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
 from control_plane.deployments.queries import deployment_list
+from control_plane.deployments.revisions import DeploymentBusy
 from control_plane.deployments.services import (
     DeploymentInvalid,
     deployment_delete,
@@ -66,7 +68,8 @@ def deployments_panel(request):
 
 @signed_in
 def deployment_detail(request, name: str):
-    context = _context(request, _deployment(name))
+    deployment = _deployment(name)
+    context = {**_context(request, deployment), "revisions": revision_history(deployment)}
     return render_page(request, "console/deployment.html", context, active="deployments")
 
 
@@ -87,9 +90,11 @@ def deployment_scale_view(request, name: str):
         messages.error(request, "Replicas: enter a whole number.")
         return redirect("console:deployment", name=name)
     try:
-        deployment_scale(deployment=deployment, stage=stage, replicas=replicas)
+        deployment_scale(deployment=deployment, stage=stage, replicas=replicas, user=request.user)
     except DeploymentInvalid as error:
         messages.error(request, f"{error.field.rpartition('.')[2].capitalize()}: {error.message}")
+    except DeploymentBusy as error:
+        messages.error(request, f"{error}; wait for it to finish.")
     else:  # the panel shows the scale under way until it has landed
         audit_record(request, Action.DEPLOYMENT_SCALE, deployment, {"stage": stage, "replicas": replicas})
         scaling_requested(request.session, deployment.name, stage, replicas)

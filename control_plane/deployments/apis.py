@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -13,9 +13,12 @@ from rest_framework.views import APIView
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
 from control_plane.deployments import queries
+from control_plane.deployments.config_diff import merge_patch
 from control_plane.deployments.model_paths import redact_paths, resolve_model_dir
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments, check_may_manage
+from control_plane.deployments.revision_apis import BUSY, RolloutOutput, busy, change_audited
+from control_plane.deployments.revisions import DeploymentBusy, deployment_change
 from control_plane.deployments.services import (
     DeploymentInvalid,
     deployment_create,
@@ -75,7 +78,14 @@ class DeploymentOutput(serializers.Serializer):
     state_reason = ReasonField()
     state_changed_at = serializers.DateTimeField()
     created_at = serializers.DateTimeField()
+    revision = serializers.IntegerField(help_text="The revision serving (`deploy_config` is its config).")
+    rollout = serializers.SerializerMethodField(help_text="The latest revision: its number, state and reason.")
     replicas = ReplicaOutput(many=True)
+
+    @extend_schema_field(RolloutOutput(allow_null=True))
+    def get_rollout(self, deployment) -> dict | None:
+        latest = deployment.revisions.order_by("-number").values("number", "state", "state_reason").first()
+        return latest
 
 
 def _invalid(error: DeploymentInvalid) -> ValidationError:
@@ -142,8 +152,36 @@ class DeploymentListApi(APIView):
 class DeploymentDetailApi(APIView):
     deployment_url_kwarg = "name"  # a key's deployment allow-list applies to this URL
 
+    class DeploymentChangeInput(serializers.Serializer):
+        deploy_config = serializers.JSONField(
+            help_text="A JSON merge patch (RFC 7386) onto the current DeployConfig: objects merge, null removes."
+        )
+
     def get_permissions(self):
-        return [CanWriteDeployments() if self.request.method == "DELETE" else CanReadDeployments()]
+        return [CanWriteDeployments() if self.request.method in ("DELETE", "PATCH") else CanReadDeployments()]
+
+    @extend_schema(request=DeploymentChangeInput, responses={202: DeploymentOutput, 409: BUSY})
+    @transaction.atomic
+    def patch(self, request, name: str):
+        data = self.DeploymentChangeInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        patch = data.validated_data["deploy_config"]
+        if not isinstance(patch, dict):
+            raise ValidationError({"deploy_config": ["must be a JSON object"]})
+        deployment = _managed_deployment(request, name)
+        try:
+            revision = deployment_change(
+                deployment=deployment, deploy_config=merge_patch(deployment.deploy_config, patch), user=request.user
+            )
+        except DeploymentInvalid as error:
+            raise _invalid(error) from None
+        except DeploymentBusy as error:
+            return busy(error)
+        change_audited(request, deployment, revision)
+        return Response(
+            DeploymentOutput(queries.deployment_get(name), context={"request": request}).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
 
     @extend_schema(responses=DeploymentOutput)
     def get(self, request, name: str):
@@ -167,15 +205,19 @@ class DeploymentScaleApi(APIView):
         stage = serializers.CharField(max_length=64)
         replicas = serializers.IntegerField()
 
-    @extend_schema(request=DeploymentScaleInput, responses=DeploymentOutput)
+    @extend_schema(request=DeploymentScaleInput, responses={200: DeploymentOutput, 409: BUSY})
     @transaction.atomic
     def post(self, request, name: str):
         data = self.DeploymentScaleInput(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            deployment = deployment_scale(deployment=_managed_deployment(request, name), **data.validated_data)
+            deployment = deployment_scale(
+                deployment=_managed_deployment(request, name), user=request.user, **data.validated_data
+            )
         except DeploymentInvalid as error:
             raise _invalid(error) from None
+        except DeploymentBusy as error:
+            return busy(error)
         audit_record(request, Action.DEPLOYMENT_SCALE, deployment, data.validated_data)
         return Response(DeploymentOutput(queries.deployment_get(deployment.name), context={"request": request}).data)
 

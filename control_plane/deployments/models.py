@@ -53,6 +53,9 @@ class Deployment(models.Model):
     state_reason = models.TextField(blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
     warmup_attempts = models.PositiveIntegerField(default=0)
+    revision = models.PositiveIntegerField(
+        default=1, help_text="The number of the revision whose config `deploy_config` is (the one serving)."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -89,10 +92,16 @@ class Replica(models.Model):
     transfers = models.JSONField(
         default=dict, blank=True, help_text="Connector totals its host last reported: count, bytes, seconds."
     )
+    revision = models.PositiveIntegerField(default=1, help_text="The deployment revision whose config it runs.")
+    retired = models.BooleanField(
+        default=False, help_text="Replaced by a rollout (or a failed rollout's): removed once it stopped."
+    )
 
     class Meta:
-        ordering = ["deployment", "stage_id", "index"]
-        constraints = [models.UniqueConstraint(fields=["deployment", "stage", "index"], name="unique_replica_slot")]
+        ordering = ["deployment", "stage_id", "index", "revision"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "stage", "index", "revision"], name="unique_replica_slot")
+        ]
 
     def __str__(self) -> str:
         return f"{self.deployment.name}/{self.label}#{self.index}"
@@ -101,3 +110,9 @@ class Replica(models.Model):
     def label(self) -> str:
         """What it hosts: its stage, or its group and the group's stages."""
         return f"{self.group} ({'+'.join(self.members)})" if self.group else self.stage
+
+
+from control_plane.deployments.revision_models import DeploymentRevision, PipelineRevision, RevisionState  # noqa: E402
+
+__all__ = ["Deployment", "DeploymentRevision", "DeploymentState", "Pipeline", "PipelineRevision", "Replica",
+           "RevisionState"]  # fmt: skip

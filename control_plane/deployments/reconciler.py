@@ -8,6 +8,9 @@ overwrites a newer state. Replica lifecycle:
             -> RUNNING (after the deployment's warm-up request went through every stage)
     any -> ERROR (host reported an error or stopped heart-beating) -> PENDING after backoff
     surplus or stopping -> DRAINING (stop task sent) -> STOPPED
+    replaced by a rollout (retired) -> DRAINING -> STOPPED -> row deleted
+
+A deployment whose config changed rolls out replica by replica (`rollout.py`), one step a tick.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from django.utils import timezone
 from control_plane.deployments.heartbeats import live_pools, replica_statuses
 from control_plane.deployments.models import Deployment, DeploymentState, Replica
 from control_plane.deployments.replica_tasks import start_replica, stop_replica
+from control_plane.deployments.rollout import rollout_step
 from control_plane.deployments.services import pipeline_config_of
 from control_plane.deployments.transitions import transition
 from stages.config import load_deploy_config
@@ -65,15 +69,20 @@ def _reconcile_deployment(deployment: Deployment, now: datetime, pools: dict) ->
     replicas = list(deployment.replicas.all())
     statuses = replica_statuses([str(r.id) for r in replicas])
     if deployment.desired_state == Deployment.Desired.STOPPED:
+        rollout_step(deployment, replicas, now)  # fails a rollout under way
         _stop_deployment(deployment, replicas, statuses, now)
         return False
     if deployment.state == S.STOPPED:
         transition(Deployment, deployment.pk, [S.STOPPED], S.PENDING, at=now, state_reason="restarting")
         for replica in replicas:
-            transition(Replica, replica.pk, [S.STOPPED], S.PENDING, at=now, next_start_at=None)
+            if replica.retired:
+                replica.delete()
+            else:
+                transition(Replica, replica.pk, [S.STOPPED], S.PENDING, at=now, next_start_at=None)
         return False
     for replica in replicas:
         _reconcile_replica(deployment, replica, statuses.get(str(replica.id)), now, pools)
+    rollout_step(deployment, list(Replica.objects.filter(deployment=deployment)), now)  # fresh, not prefetched
     return _update_deployment_state(deployment, now)
 
 
@@ -82,13 +91,16 @@ def _reconcile_replica(deployment, replica: Replica, status: ReplicaStatus | Non
     if state == S.DRAINING:
         if status is None:
             transition(Replica, replica.pk, [S.DRAINING], S.STOPPED, at=now)
-            if replica.index >= _desired_replicas(deployment, replica.stage):
+            if replica.retired or replica.index >= _desired_replicas(deployment, replica.stage):
                 replica.delete()
         elif status.state not in ("DRAINING", "STOPPED"):
             stop_replica(replica)
         return
     if state == S.STOPPED:
-        transition(Replica, replica.pk, [S.STOPPED], S.PENDING, at=now, next_start_at=None)
+        if replica.retired:
+            replica.delete()
+        else:
+            transition(Replica, replica.pk, [S.STOPPED], S.PENDING, at=now, next_start_at=None)
         return
     if state == S.ERROR:
         if replica.next_start_at is None or replica.next_start_at <= now:
@@ -133,6 +145,10 @@ def _observe_active(deployment, replica: Replica, status: ReplicaStatus, now) ->
     if replica.state == S.LOADING and status.state == "READY":
         target = S.RUNNING if deployment.state == S.RUNNING else S.WARMING
         transition(Replica, replica.pk, [S.LOADING], target, at=now, **fields)
+        return
+    if replica.state == S.WARMING and status.state == "READY" and deployment.state == S.RUNNING:
+        # a replica added to a serving deployment (scale, rollout) that was READY when first seen
+        transition(Replica, replica.pk, [S.WARMING], S.RUNNING, at=now, **fields)
         return
     Replica.objects.filter(pk=replica.pk, state=replica.state).update(**fields)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from control_plane.celery import app as celery_app
-from control_plane.deployments.models import Replica
+from control_plane.deployments.models import DeploymentRevision, Replica
 from stages.config import load_deploy_config, load_pipeline_config
 from stages.protocol import ReplicaSpec
 
@@ -14,7 +14,7 @@ from stages.protocol import ReplicaSpec
 def replica_spec(replica: Replica) -> ReplicaSpec:
     deployment = replica.deployment
     pipeline = load_pipeline_config(deployment.pipeline.config)
-    deploy = load_deploy_config(deployment.deploy_config)
+    deploy = load_deploy_config(replica_config(replica))
     stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
     members = {name: msgspec.to_builtins(deploy.for_stage(pipeline.stage_named(name))) for name in replica.members}
     return ReplicaSpec(
@@ -30,6 +30,19 @@ def replica_spec(replica: Replica) -> ReplicaSpec:
         group=replica.group,
         members=members if replica.group else {},
     )
+
+
+def replica_config(replica: Replica) -> dict:
+    """The DeployConfig a replica runs: its revision's (during a rollout, not yet the deployment's)."""
+    deployment = replica.deployment
+    if replica.revision == deployment.revision:
+        return deployment.deploy_config
+    config = (
+        DeploymentRevision.objects.filter(deployment_id=deployment.pk, number=replica.revision)
+        .values_list("config", flat=True)
+        .first()
+    )
+    return deployment.deploy_config if config is None else config
 
 
 def start_replica(replica: Replica) -> None:

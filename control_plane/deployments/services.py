@@ -8,7 +8,14 @@ from django.db import transaction
 
 from control_plane.deployments.checkpoint_check import CheckpointInvalid, checkpoint_check
 from control_plane.deployments.heartbeats import live_devices
-from control_plane.deployments.models import Deployment, DeploymentState, Pipeline, Replica
+from control_plane.deployments.models import (
+    Deployment,
+    DeploymentRevision,
+    DeploymentState,
+    Pipeline,
+    Replica,
+    RevisionState,
+)
 from control_plane.deployments.replica_tasks import stop_replica
 from control_plane.deployments.transitions import transition_from_current
 from stages.config import DeployConfig, PipelineConfig, StageDeployConfig, load_deploy_config, load_pipeline_config
@@ -68,10 +75,19 @@ def deployment_create(*, name: str, pipeline: Pipeline, model_dir: str, deploy_c
         deploy_config=_builtins(deploy),
         created_by=user,
     )
+    DeploymentRevision.objects.create(
+        deployment=deployment,
+        number=1,
+        config=deployment.deploy_config,
+        state=RevisionState.ACTIVE,
+        created_by=user,
+        created_at=deployment.created_at,
+        finished_at=deployment.created_at,
+    )
     config = pipeline_config_of(pipeline)
     for stage in config.stages:
         if hosted_by(config, deploy, stage.name) == stage.name:
-            _ensure_replicas(deployment, config, deploy, stage.name)
+            ensure_replicas(deployment, config, deploy, stage.name, revision=1)
     return deployment
 
 
@@ -81,28 +97,47 @@ def hosted_by(pipeline: PipelineConfig, deploy: DeployConfig, stage: str) -> str
     return pipeline.stage(group.entry).name if group is not None else stage
 
 
-def _ensure_replicas(deployment: Deployment, pipeline: PipelineConfig, deploy: DeployConfig, stage: str) -> None:
+def ensure_replicas(
+    deployment: Deployment, pipeline: PipelineConfig, deploy: DeployConfig, stage: str, *, revision: int, **fields
+) -> None:
+    """Rows for every replica slot of `stage` that revision `revision` lacks."""
+    stage_deploy: StageDeployConfig = deploy.for_stage(pipeline.stage_named(stage))
+    existing = set(
+        deployment.replicas.filter(stage=stage, revision=revision, retired=False).values_list("index", flat=True)
+    )
+    for index in range(stage_deploy.replicas):
+        if index not in existing:
+            replica_row_create(deployment, pipeline, deploy, stage, index, revision=revision, **fields)
+
+
+def replica_row_create(
+    deployment: Deployment, pipeline: PipelineConfig, deploy: DeployConfig, stage: str, index: int, *, revision: int,
+    **fields,
+) -> Replica:  # fmt: skip
+    """The row of replica `index` of `stage` (a group's entry hosts the group) running `revision`'s config."""
     stage_config = pipeline.stage_named(stage)
     stage_deploy: StageDeployConfig = deploy.for_stage(stage_config)
     group = StageGroups(pipeline, deploy).of(stage_config.id)
     members = [pipeline.stage(member).name for member in group.members] if group is not None else []
-    existing = set(deployment.replicas.filter(stage=stage).values_list("index", flat=True))
-    for index in range(stage_deploy.replicas):
-        if index not in existing:
-            Replica.objects.create(
-                deployment=deployment,
-                stage=stage,
-                stage_id=stage_config.id,
-                group=group.name if group is not None else "",
-                members=members,
-                index=index,
-                pool=stage_deploy.pool,
-                device=stage_deploy.device,
-            )
+    return Replica.objects.create(
+        deployment=deployment,
+        stage=stage,
+        stage_id=stage_config.id,
+        group=group.name if group is not None else "",
+        members=members,
+        index=index,
+        pool=stage_deploy.pool,
+        device=stage_deploy.device,
+        revision=revision,
+        **fields,
+    )
 
 
 @transaction.atomic
-def deployment_scale(*, deployment: Deployment, stage: str, replicas: int) -> Deployment:
+def deployment_scale(*, deployment: Deployment, stage: str, replicas: int, user=None) -> Deployment:
+    """A change of one stage's replica count (a new revision that applies at once)."""
+    from control_plane.deployments.revisions import deployment_change, effective_config  # built on this module
+
     config = pipeline_config_of(deployment.pipeline)
     try:
         stage_config = config.stage_named(stage)
@@ -117,20 +152,29 @@ def deployment_scale(*, deployment: Deployment, stage: str, replicas: int) -> De
     for member in [config.stage(sid).name for sid in group.members] if group is not None else [stage]:
         stages[member] = {**stages.get(member, {}), "replicas": replicas}  # a group scales as one
     data["stages"] = stages
-    deploy = validate_deploy_config(deployment.pipeline, data)
-    deployment.deploy_config = _builtins(deploy)
-    deployment.save(update_fields=["deploy_config"])
-    stage = hosted_by(config, deploy, stage)
-    _ensure_replicas(deployment, config, deploy, stage)
-    for surplus in deployment.replicas.filter(stage=stage, index__gte=replicas).values_list("pk", flat=True):
-        transition_from_current(
-            Replica,
-            surplus,
-            DeploymentState.DRAINING,
-            unless=[DeploymentState.STOPPED],
-            state_reason="scaled down",
-        )
+    if effective_config(validate_deploy_config(deployment.pipeline, data), config) == effective_config(current, config):
+        return deployment  # already that many
+    deployment_change(deployment=deployment, deploy_config=data, user=user)
+    deployment.refresh_from_db()
     return deployment
+
+
+def apply_replica_counts(deployment: Deployment, pipeline: PipelineConfig, deploy: DeployConfig) -> None:
+    """Rows for new slots, and the surplus drained (a change of replica counts only: no rollout)."""
+    for stage in pipeline.stages:
+        if hosted_by(pipeline, deploy, stage.name) != stage.name:
+            continue
+        ensure_replicas(deployment, pipeline, deploy, stage.name, revision=deployment.revision)
+        wanted = deploy.for_stage(stage).replicas
+        surplus = deployment.replicas.filter(stage=stage.name, index__gte=wanted, retired=False)
+        for replica_id in surplus.values_list("pk", flat=True):
+            transition_from_current(
+                Replica,
+                replica_id,
+                DeploymentState.DRAINING,
+                unless=[DeploymentState.STOPPED],
+                state_reason="scaled down",
+            )
 
 
 def deployment_stop(*, deployment: Deployment) -> Deployment:

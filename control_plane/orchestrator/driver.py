@@ -30,6 +30,7 @@ from control_plane.deployments.heartbeats import replica_statuses
 from control_plane.deployments.models import Deployment, Replica
 from control_plane.deployments.reconciler import reconcile, warmup_failed, warmup_succeeded
 from control_plane.orchestrator import wire
+from control_plane.orchestrator.spans import record_orchestrate_span
 from stages import streams
 from stages.config import load_deploy_config, load_pipeline_config
 from stages.orchestrator import (
@@ -43,6 +44,7 @@ from stages.orchestrator import (
     Fail,
     Orchestrator,
     ReplicaDown,
+    ReplicaDraining,
     ReplicaUp,
     SendAbort,
     SendToReplica,
@@ -87,6 +89,8 @@ class RedisOrchestrator:
         self.versions: dict[str, int] = {}
         self.deployments: dict[str, str] = {}  # id -> name, those the core routes for
         self.replicas_up: set[str] = set()
+        self.replicas_draining: set[str] = set()
+        self.deploy_configs: dict[str, dict] = {}  # id -> the deploy config the core routes with
         self.warmups: dict[str, str] = {}  # deployment id -> the warm-up request this leader sent last
         self._groups: set[str] = set()
         self._last_sync = self._last_tick = self._last_reconcile = self._last_claim = 0.0
@@ -306,6 +310,8 @@ class RedisOrchestrator:
                 if warming is not None:
                     self._warmup_result(action, warming)
                     continue
+                if isinstance(action, Complete | Fail):
+                    record_orchestrate_span(action)
                 if action.reply_to is None:
                     key = streams.request_output(action.request_id)
                     pipe.xadd(key, wire.client_message(action))
@@ -342,7 +348,11 @@ class RedisOrchestrator:
             for d in Deployment.objects.select_related("pipeline").filter(desired_state=Deployment.Desired.RUNNING)
         }
         for deployment_id, deployment in wanted.items():
-            if deployment_id not in self.deployments:
+            if (
+                deployment_id not in self.deployments
+                or self.deploy_configs.get(deployment_id) != deployment.deploy_config
+            ):
+                # new, or its config changed (a revision finished rolling out)
                 event = DeploymentUp(
                     deployment_id=deployment_id,
                     pipeline=load_pipeline_config(deployment.pipeline.config),
@@ -351,18 +361,30 @@ class RedisOrchestrator:
                 )
                 self._execute(self.core.handle(event))
                 self.deployments[deployment_id] = deployment.name
+                self.deploy_configs[deployment_id] = deployment.deploy_config
         for deployment_id in set(self.deployments) - set(wanted):
             self._with_all_requests([deployment_id], DeploymentDown(deployment_id=deployment_id, at=time.time()))
             del self.deployments[deployment_id]
+            self.deploy_configs.pop(deployment_id, None)
 
     def sync_replicas(self) -> None:
         replicas = list(
-            Replica.objects.filter(deployment_id__in=list(self.deployments)).values_list("id", "deployment_id", "stage")
+            Replica.objects.filter(deployment_id__in=list(self.deployments)).values_list(
+                "id", "deployment_id", "stage", "state"
+            )
         )
         statuses = replica_statuses([str(r[0]) for r in replicas])
-        for replica_id, deployment_id, stage in replicas:
+        for replica_id, deployment_id, stage, row_state in replicas:
             replica_id = str(replica_id)
             status = statuses.get(replica_id)
+            draining = status is not None and status.state == "DRAINING"
+            if replica_id in self.replicas_up and (draining or row_state == "DRAINING"):
+                # it finishes what it holds; nothing new goes there (and it is not "down")
+                if replica_id not in self.replicas_draining:
+                    self.replicas_draining.add(replica_id)
+                    self._execute(self.core.handle(ReplicaDraining(replica_id=replica_id, at=time.time())))
+                if draining:
+                    continue
             ready = status is not None and status.state == "READY"
             if ready and replica_id not in self.replicas_up:
                 self.replicas_up.add(replica_id)
@@ -370,6 +392,7 @@ class RedisOrchestrator:
                 self._with_all_requests([str(deployment_id)], event)
             elif not ready and replica_id in self.replicas_up:
                 self.replicas_up.discard(replica_id)
+                self.replicas_draining.discard(replica_id)
                 reason = status.error if status and status.error else "the replica stopped heart-beating"
                 event = ReplicaDown(
                     replica_id=replica_id, reason=reason or "the replica is not serving", at=time.time()
@@ -378,6 +401,7 @@ class RedisOrchestrator:
         known = {str(r[0]) for r in replicas}
         for gone in self.replicas_up - known:
             self.replicas_up.discard(gone)
+            self.replicas_draining.discard(gone)
             self._with_all_requests(
                 list(self.deployments), ReplicaDown(replica_id=gone, reason="replica removed", at=time.time())
             )

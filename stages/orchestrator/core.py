@@ -38,6 +38,7 @@ from stages.orchestrator.events import (
     Event,
     InputChunk,
     ReplicaDown,
+    ReplicaDraining,
     ReplicaUp,
     StageOutputEvent,
     Submit,
@@ -75,6 +76,8 @@ class Replica:
     stage: str
     holding: set[str] = field(default_factory=set)
     """`<request_id>/<stage_id>` of the requests this orchestrator placed there and that still run."""
+    draining: bool = False
+    """It finishes what it holds but is chosen for nothing new."""
 
 
 class Orchestrator:
@@ -92,6 +95,7 @@ class Orchestrator:
             DeploymentDown: self._deployment_down,
             ReplicaUp: self._replica_up,
             ReplicaDown: self._replica_down,
+            ReplicaDraining: self._replica_draining,
             Submit: self._submit,
             InputChunk: self._input_chunk,
             StageOutputEvent: self._stage_output,
@@ -139,7 +143,11 @@ class Orchestrator:
     # ------------------------------------------------------ deployments, replicas
 
     def _deployment_up(self, event: DeploymentUp) -> list[Action]:
-        self.deployments[event.deployment_id] = Deployment(event.deployment_id, event.pipeline, event.deploy)
+        known = self.deployments.get(event.deployment_id)
+        deployment = Deployment(event.deployment_id, event.pipeline, event.deploy)
+        if known is not None:  # an edit: the stages' measured pace stays
+            deployment.stage_seconds = known.stage_seconds
+        self.deployments[event.deployment_id] = deployment
         return []
 
     def _deployment_down(self, event: DeploymentDown) -> list[Action]:
@@ -191,8 +199,18 @@ class Orchestrator:
                 actions += self._reroute(state, event.at)
         return actions
 
+    def _replica_draining(self, event: ReplicaDraining) -> list[Action]:
+        replica = self.replicas.get(event.replica_id)
+        if replica is not None:
+            replica.draining = True
+        return []
+
     def _choose_replica(self, deployment_id: str, stage: str) -> Replica | None:
-        candidates = [r for r in self.replicas.values() if r.deployment_id == deployment_id and r.stage == stage]
+        candidates = [
+            r
+            for r in self.replicas.values()
+            if r.deployment_id == deployment_id and r.stage == stage and not r.draining
+        ]
         if not candidates:
             return None
         return min(candidates, key=lambda replica: (len(replica.holding), replica.replica_id))
@@ -232,6 +250,7 @@ class Orchestrator:
             reply_to=event.reply_to,
             submitted_at=event.at,
             stages={stage.id: StageProgress(name=stage.name) for stage in deployment.pipeline.stages},
+            trace=event.request.trace,
         )
         for stage_id in unwanted:
             state.stages[stage_id].finished = True  # never sent anything: forwarding and completion pass it by
@@ -242,7 +261,7 @@ class Orchestrator:
     def _start_entry(self, state: RequestState, at: float) -> list[Action]:
         entry_id = self._deployment(state).entry_id
         first = msgspec.structs.replace(
-            state.entry, request_id=state.wire_id, stage_id=entry_id, seq=0, arrival_time=at
+            state.entry, request_id=state.wire_id, stage_id=entry_id, seq=0, arrival_time=at, trace=state.stage_trace
         )
         actions = self._send(state, entry_id, first, at)
         for chunk in state.entry_chunks:
@@ -350,6 +369,8 @@ class Orchestrator:
             # Errors end the request whatever their seq: a replica that fails a chunk or a
             # whole step cannot know which seq comes next.
             self._changed.add(request_id)
+            if output.error.code == "replica_draining" and not state.client_output_sent:
+                return self._refused_by_draining(state, progress.replica_id, event.at)
             return self._process(state, output.stage_id, output, event.at)
         if output.seq < progress.next_output_seq or output.seq in progress.early:
             return []  # a duplicate delivery
@@ -394,6 +415,7 @@ class Orchestrator:
         progress.last_activity = at
         if has_content(output):
             progress.output_tokens += len(output.token_ids)
+            progress.mark_output(at - state.submitted_at)
             if progress.first_output_at is None:
                 progress.first_output_at = at
         if stage.output == "text" and (output.text or output.token_ids):
@@ -441,6 +463,7 @@ class Orchestrator:
             sampling=self._sampling_for(state, graph.stage[target]),
             base_params=state.entry.params,
             at=at,
+            trace=state.stage_trace if receiver.sent_seq == 0 else "",  # the stage span starts with its first input
         )
         return self._send(state, target, request, at)
 
@@ -470,7 +493,15 @@ class Orchestrator:
 
     def _complete(self, state: RequestState, at: float) -> list[Action]:
         actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))
-        actions.append(Complete(request_id=state.request_id, reply_to=state.reply_to, summary=summarize(state, at)))
+        actions.append(
+            Complete(
+                request_id=state.request_id,
+                reply_to=state.reply_to,
+                summary=summarize(state, at),
+                trace=state.trace,
+                submitted_at=state.submitted_at,
+            )
+        )
         self._end(state)
         return actions
 
@@ -480,7 +511,14 @@ class Orchestrator:
             "abort" if error.type == "cancelled" else "timeout" if error.type == "timeout_error" else "error"
         )
         actions.append(
-            Fail(request_id=state.request_id, reply_to=state.reply_to, error=error, summary=summarize(state, at))
+            Fail(
+                request_id=state.request_id,
+                reply_to=state.reply_to,
+                error=error,
+                summary=summarize(state, at),
+                trace=state.trace,
+                submitted_at=state.submitted_at,
+            )
         )
         self._end(state)
         return actions
@@ -500,6 +538,14 @@ class Orchestrator:
         self._finished[state.request_id] = None
         while len(self._finished) > self._remember_finished:
             self._finished.popitem(last=False)
+
+    def _refused_by_draining(self, state: RequestState, replica_id: str | None, at: float) -> list[Action]:
+        """A replica that began draining before the request reached it refused it without running it:
+        it goes to another replica (or waits for one), as if it had never been placed."""
+        replica = self.replicas.get(replica_id or "")
+        if replica is not None:
+            replica.draining = True
+        return self._reroute(state, at)
 
     def _reroute(self, state: RequestState, at: float) -> list[Action]:
         actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))

@@ -46,6 +46,12 @@ class ReplicaDown(Event, kw_only=True):
     reason: str = "the replica stopped responding"
 
 
+class ReplicaDraining(Event, kw_only=True):
+    """A replica drains: it takes no new requests, and the ones it holds finish there."""
+
+    replica_id: str
+
+
 class Submit(Event, kw_only=True):
     """A client request for a deployment. `request` is the entry stage's input; `sampling`
     holds per-stage sampling parameters by stage name for the stages after the entry."""
@@ -82,5 +88,14 @@ class Tick(Event, kw_only=True):
 
 
 AnyEvent = (
-    DeploymentUp | DeploymentDown | ReplicaUp | ReplicaDown | Submit | InputChunk | StageOutputEvent | Cancel | Tick
+    DeploymentUp
+    | DeploymentDown
+    | ReplicaUp
+    | ReplicaDown
+    | ReplicaDraining
+    | Submit
+    | InputChunk
+    | StageOutputEvent
+    | Cancel
+    | Tick
 )

@@ -10,6 +10,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from control_plane.deployments.models import Pipeline
+from control_plane.deployments.pipeline_revisions import pipeline_revision_record
 
 
 def discover_pipelines() -> list[dict]:
@@ -26,19 +27,22 @@ def pipeline_sync(found: list[dict]) -> tuple[int, int]:
     for item in found:
         pipeline = Pipeline.objects.filter(name=item["name"]).first()
         if pipeline is None:
-            Pipeline.objects.create(
+            pipeline = Pipeline.objects.create(
                 name=item["name"],
                 family=item["family"],
                 variant=item["variant"],
                 description=item["description"],
                 config=item["config"],
             )
+            pipeline_revision_record(pipeline, None, source="sync")
             created += 1
         elif pipeline.config != item["config"] or pipeline.description != item["description"]:
+            previous = pipeline.config
             pipeline.config = item["config"]
             pipeline.description = item["description"]
             pipeline.version += 1
             pipeline.save()
+            pipeline_revision_record(pipeline, previous, source="sync")
             updated += 1
     return created, updated
 
