@@ -7,18 +7,26 @@ from functools import wraps
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
 from control_plane.accounts.permissions import is_admin
+from control_plane.deployments.permissions import may_manage
+from control_plane.deployments.queries import deployment_list
 
 
 def user_is_admin(user) -> bool:
     return is_admin(user, None)
 
 
-def can_manage_deployments(user) -> bool:
-    """Deploying, scaling and stopping need staff (as the deployments REST API decides for sessions)."""
-    return user.is_authenticated and user.is_active and user.is_staff
+def can_deploy(user) -> bool:
+    """Every active user may deploy, as their API keys may (`deployments:write` is a default scope)."""
+    return user.is_authenticated and user.is_active
+
+
+def can_manage_deployment(user, deployment) -> bool:
+    """Scaling, stopping, starting and deleting a deployment: its creator and admins."""
+    return can_deploy(user) and may_manage(user, None, deployment)
 
 
 def signed_in(view):
@@ -31,13 +39,16 @@ def signed_in(view):
     return wrapper
 
 
-def manages_deployments(view):
+def manages_deployment(view):
+    """For views of one deployment (the `name` in the URL): only its creator and admins get in."""
+
     @signed_in
     @wraps(view)
-    def wrapper(request, *args, **kwargs):
-        if not can_manage_deployments(request.user):
-            raise PermissionDenied("Managing deployments needs a staff account.")
-        return view(request, *args, **kwargs)
+    def wrapper(request, *args, name: str, **kwargs):
+        deployment = get_object_or_404(deployment_list(), name=name)
+        if not can_manage_deployment(request.user, deployment):
+            raise PermissionDenied(f"Only the user who created {deployment.name} or an admin may change it.")
+        return view(request, *args, name=name, **kwargs)
 
     return wrapper
 
@@ -64,4 +75,4 @@ def navigation(request) -> dict:
     if user_is_admin(user):
         items.append(("audit", "Audit", reverse("console:audit")))
         items.append(("admin", "Admin", reverse("admin:index")))
-    return {"nav": items, "is_admin": user_is_admin(user), "can_deploy": can_manage_deployments(user)}
+    return {"nav": items, "is_admin": user_is_admin(user), "can_deploy": can_deploy(user)}

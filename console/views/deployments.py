@@ -3,7 +3,7 @@ from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from console.access import can_manage_deployments, manages_deployments, signed_in
+from console.access import can_deploy, can_manage_deployment, manages_deployment, signed_in
 from console.deployment_rows import deployment_row
 from console.graph import stage_graph
 from console.pages import render_page
@@ -48,7 +48,7 @@ def _context(request, deployment) -> dict:
         "graph": stage_graph(config, replicas),
         "stages": stages,
         "logs": replica_log_tails(replica for stage in stages for replica in stage["replicas"]),
-        "can_manage": can_manage_deployments(request.user),
+        "can_manage": can_manage_deployment(request.user, deployment),
         "scaling": scaling_notices(request.session, deployment),
     }
 
@@ -62,7 +62,7 @@ def deployments(request):
 @signed_in
 def deployments_panel(request):
     """The live part of the deployments list, polled by htmx."""
-    context = {"rows": _rows(), "can_deploy": can_manage_deployments(request.user)}
+    context = {"rows": _rows(), "can_deploy": can_deploy(request.user)}
     return render(request, "console/partials/deployments_table.html", context)
 
 
@@ -79,7 +79,7 @@ def deployment_panel(request, name: str):
 
 
 @require_POST
-@manages_deployments
+@manages_deployment
 @transaction.atomic
 def deployment_scale_view(request, name: str):
     deployment = _deployment(name)
@@ -102,7 +102,7 @@ def deployment_scale_view(request, name: str):
 
 
 @require_POST
-@manages_deployments
+@manages_deployment
 @transaction.atomic
 def deployment_stop_view(request, name: str):
     audit_record(request, Action.DEPLOYMENT_STOP, deployment_stop(deployment=_deployment(name)))
@@ -111,7 +111,7 @@ def deployment_stop_view(request, name: str):
 
 
 @require_POST
-@manages_deployments
+@manages_deployment
 @transaction.atomic
 def deployment_start_view(request, name: str):
     audit_record(request, Action.DEPLOYMENT_START, deployment_start(deployment=_deployment(name)))
@@ -120,7 +120,7 @@ def deployment_start_view(request, name: str):
 
 
 @require_POST
-@manages_deployments
+@manages_deployment
 @transaction.atomic
 def deployment_delete_view(request, name: str):
     deployment = _deployment(name)

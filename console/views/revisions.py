@@ -5,7 +5,7 @@ from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from console.access import manages_deployments
+from console.access import manages_deployment
 from console.edit_form import EditForm
 from console.pages import render_page
 from control_plane.audit.models import Action
@@ -30,7 +30,7 @@ def revision_history(deployment) -> list:
     return list(deployment.revisions.select_related("created_by").order_by("-number"))
 
 
-@manages_deployments
+@manages_deployment
 @transaction.atomic
 def deployment_edit(request, name: str):
     deployment = _deployment(name)
@@ -55,7 +55,7 @@ def deployment_edit(request, name: str):
 
 
 @require_POST
-@manages_deployments
+@manages_deployment
 @transaction.atomic
 def deployment_rollback_view(request, name: str):
     deployment = _deployment(name)

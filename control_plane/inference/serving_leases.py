@@ -40,6 +40,8 @@ class ServingLeases:
     async def _renew(self) -> None:
         while self.held:
             await asyncio.sleep(RENEW_S)
+            if not self.held:  # the last one was released while this slept: nothing to renew
+                break
             now = time.time()
             try:
                 await self.client.zadd(serving_leases(), dict.fromkeys(self.held, now))

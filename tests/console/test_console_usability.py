@@ -167,10 +167,13 @@ def test_a_missing_page_is_a_styled_404_in_the_console_layout(alice_client):
     assert v1.status_code == 404 and v1.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_a_forbidden_page_is_styled_too(alice_client, pipelines):
-    response = alice_client.get(reverse("console:deploy", args=["qwen2_5_omni"]))
+def test_a_forbidden_page_is_styled_too(alice_client, root, pipelines):
+    deployment_create(name="roots", pipeline=Pipeline.objects.get(name="echo"), model_dir="-", deploy_config={},
+                      user=root)  # fmt: skip
+    response = alice_client.post(reverse("console:deployment-stop", args=["roots"]))
     assert response.status_code == 403
-    assert 'data-error-page="403"' in response.content.decode() and "staff" in response.content.decode()
+    page = response.content.decode()
+    assert 'data-error-page="403"' in page and "Only the user who created roots or an admin" in page
 
 
 def test_a_server_error_is_a_styled_500(alice, monkeypatch):
