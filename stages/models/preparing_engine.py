@@ -11,6 +11,7 @@ others go on. Chunks of a request still preparing wait for it.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from stages.protocol import StageError, StageOutput, StageRequest
 if TYPE_CHECKING:
     from stages.config import StageDeployConfig
     from stages.models import ModelFamily
+
+log = logging.getLogger(__name__)
 
 PREPARE_THREADS = 2
 IDLE_WAIT_S = 0.005  # how long an idle engine's step waits for the preparations under way
@@ -116,6 +119,9 @@ class PreparingEngine(StageEngine):
                     self.engine.add_chunk(chunk)
             except StageFailure as failure:
                 failed.append(_failure_output(waiting.request, failure))
+            except Exception as error:  # an engine bug on one request's input fails that request only
+                log.exception("request %s: the engine refused its prepared input", request_id)
+                failed.append(_failure_output(waiting.request, StageFailure(str(error) or type(error).__name__)))
         return failed
 
 
