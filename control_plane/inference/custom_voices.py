@@ -118,9 +118,9 @@ def custom_voice_create(
                 status=Status.COMPLETED, http_status=200, started_at=now, finished_at=now,
             )  # fmt: skip
             mime = audio_encoding.MIME_TYPES.get(clip.format, f"audio/{clip.format}")
-            artifact_add(row, kind=Artifact.Kind.AUDIO, data=clip.data, mime_type=mime, extension=clip.format,
+            artifact_add(row, kind="audio", data=clip.data, mime_type=mime, extension=clip.format,
                          meta={"sample_rate": clip.sample_rate, "duration_s": round(clip.duration_s, 3)})  # fmt: skip
-            artifact_add(row, kind=Artifact.Kind.CONDITIONING, data=archive, mime_type="application/x-npz",
+            artifact_add(row, kind="conditioning", data=archive, mime_type="application/x-npz",
                          extension="npz", meta={"nearest_voice": conditioning.nearest})  # fmt: skip
             return CustomVoice.objects.create(
                 id=voice_id, user=caller.user, name=name, family=served.pipeline.family,
