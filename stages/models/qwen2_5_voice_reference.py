@@ -68,7 +68,9 @@ def nearest_voice(model_dir: str, dit_config, ref_mel: np.ndarray, speakers: dic
     except ConfigError:
         return default
     encoder = ECAPA_TimeDelayNet(dit_config).float()
-    encoder.load_state_dict({key: value.float() for key, value in state.items()})
+    missing, unexpected = encoder.load_state_dict({key: value.float() for key, value in state.items()}, strict=False)
+    if unexpected or [key for key in missing if not key.endswith("num_batches_tracked")]:
+        raise ConfigError("model", f"the speaker encoder's weights do not fit: {missing[:3]}, {unexpected[:3]}")
     encoder.eval()
     with torch.no_grad():
         clip = encoder(torch.from_numpy(ref_mel))
