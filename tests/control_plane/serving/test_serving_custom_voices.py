@@ -26,8 +26,10 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-# Greedy talker: the same request speaks the same codes, so audio differs only by the voice.
-GREEDY = {"stages": {"talker": {"sampling": {"max_tokens": 24, "temperature": 0.0}}}}
+# A greedy talker speaks the same codes for the same request, and code2wav decodes them in one window
+# (its first window waits for more codes than the talker makes): audio differs only by the voice.
+GREEDY = {"stages": {"talker": {"sampling": {"max_tokens": 24, "temperature": 0.0}},
+                     "code2wav": {"first_chunk_size": 64, "async_chunk_size": 64}}}  # fmt: skip
 
 
 def wav_clip(seconds: float, rate: int = 16000, f0: float = 180.0) -> bytes:
