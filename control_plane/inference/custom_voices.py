@@ -1,7 +1,8 @@
 """Custom voices: a user's voices made from a reference clip (`CustomVoice`), for families whose
 audio stages can be conditioned on one (the family publishes `reference_voices`).
 
-Making one: the clip, decoded and checked at the API (MIN_CLIP_S to MAX_CLIP_S seconds), goes to
+Making one: the clip, decoded and checked at the API (MIN_CLIP_S, or the family's reference length
+`reference_min_s` when longer, to MAX_CLIP_S seconds), goes to
 `python -m stages.models.voice_reference` (the family's derivation needs torch, so it runs in a
 subprocess), which answers with the conditioning as an .npz archive. Both are stored as the
 artifacts of the creation's history row (route `audio.voices`), owned by the user. A voice belongs
@@ -63,10 +64,11 @@ def check_name(name: str | None, builtin: list[str]) -> str:
     return name
 
 
-def check_clip(samples: np.ndarray, sample_rate: int) -> None:
-    seconds = samples.shape[0] / sample_rate
-    if seconds < MIN_CLIP_S:
-        raise ApiError(400, f"The clip is {seconds:.2f} s long; a voice needs at least {MIN_CLIP_S:g} s of speech.",
+def check_clip(samples: np.ndarray, sample_rate: int, min_s: float = 0.0) -> None:
+    """The clip's length: at least MIN_CLIP_S and the family's reference length (`min_s`), at most MAX_CLIP_S."""
+    seconds, least = samples.shape[0] / sample_rate, max(MIN_CLIP_S, min_s)
+    if seconds < least:
+        raise ApiError(400, f"The clip is {seconds:.2f} s long; a voice needs at least {least:g} s of speech.",
                        param="file", code="audio_too_short")  # fmt: skip
     if seconds > MAX_CLIP_S:
         raise ApiError(400, f"The clip is {seconds:.1f} s long; a voice takes at most {MAX_CLIP_S:g} s.",

@@ -81,7 +81,8 @@ async def voice_list(request):
     data += [voice_object(voice) for voice in own]
     return JsonResponse({"object": "list", "model": served.name, "voices": [item["name"] for item in data],
                          "data": data, "default_voice": default, "openai_voice_aliases": aliases,
-                         "reference_voices": bool(published.get("reference_voices"))})  # fmt: skip
+                         "reference_voices": bool(published.get("reference_voices")),
+                         "reference_min_s": published.get("reference_min_s", 0.0)})  # fmt: skip
 
 
 async def voice_create(request):
@@ -94,7 +95,7 @@ async def voice_create(request):
         raise reference_unsupported(served)
     name = check_name(form.get("name"), published["voices"])
     clip = read_audio({"file": files.get("file") or files.get("audio_sample") or []})
-    check_clip(clip.samples, clip.sample_rate)
+    check_clip(clip.samples, clip.sample_rate, float(published.get("reference_min_s") or 0.0))
     if await orm_in_thread(custom_voice_exists)(caller.user, name):
         raise ApiError(409, f"You already have a voice named '{name}'; delete it first or choose another name.",
                        param="name", code="voice_exists")  # fmt: skip

@@ -105,6 +105,10 @@ class ModelFamily:
         checkpoint (`python -m stages.models.voice_reference` runs it for the control plane)."""
         raise ConfigError("voice", f"the {self.name} family cannot make a voice from a reference clip")
 
+    def voice_reference_min_s(self, model_dir: str | Path) -> float:
+        """The shortest reference clip this checkpoint takes, in seconds."""
+        return 0.0
+
 
 def get_family(name: str) -> ModelFamily:
     """The family registered under `name` (imports its module on first use)."""

@@ -128,6 +128,11 @@ class Qwen25OmniFamily(ModelFamily):
 
         return derive(str(model_dir), samples, sample_rate)
 
+    def voice_reference_min_s(self, model_dir: str | Path) -> float:
+        from stages.models.qwen2_5_voice_reference import min_seconds
+
+        return min_seconds(str(model_dir))
+
 
 @functools.lru_cache(maxsize=4)
 def config(model_dir: str):

@@ -9,7 +9,12 @@ its reference mel `ref_mel` [1, frames, mel_dim]. From a clip:
   vocoder's rate (24 kHz) and hop (the product of BigVGAN's upsample rates: 240 samples, so one
   mel frame per DiT frame), an `N_FFT`-point periodic Hann STFT with the signal reflect-padded by
   (N_FFT - hop) / 2 on each side, `mel_dim` Slaney mel bands from 0 Hz to Nyquist, log of the
-  magnitude clamped at 1e-5. The clip is resampled to 24 kHz first (stages/resampling.py).
+  magnitude clamped at 1e-5. The clip is resampled to 24 kHz first (stages/resampling.py). The
+  reference keeps the built-in voices' length (`reference_frames`: 300 frames, 3 s), the middle of
+  a longer clip: the DiT reads the reference only through its speaker encoder, which pools over
+  time, and one length lets token2wav batch a custom voice's windows with the built-in voices' and
+  reuse their CUDA graphs (`batch_key` and the graphs' shapes include the reference's length). A
+  clip shorter than that (`min_seconds`) is refused.
 - `cond` and `bos_token`: the checkpoint has no encoder for them (the speaker embedding was made
   by an external speaker-verification model, and the talker knows its speakers only by their bos
   tokens), so they are the nearest built-in voice's. Nearest is measured with the model's own
@@ -81,13 +86,37 @@ def nearest_voice(model_dir: str, dit_config, ref_mel: np.ndarray, speakers: dic
     return max(sorted(scores), key=lambda name: scores[name])
 
 
+def reference_frames(model_dir: str) -> int:
+    """Frames of a reference mel: the built-in voices' length (the longest of them)."""
+    from stages.models.qwen2_5_omni import speakers
+
+    return max(int(value["ref_mel"].shape[1]) for value in speakers(model_dir).values())
+
+
+def min_seconds(model_dir: str) -> float:
+    """The shortest clip that fills a reference mel."""
+    from stages.models.qwen2_5_omni import config
+
+    hop = int(np.prod(config(model_dir).token2wav_config.bigvgan_config.upsample_rates))
+    return reference_frames(model_dir) * hop / SAMPLE_RATE
+
+
+def centre(mel: np.ndarray, frames: int) -> np.ndarray:
+    """The middle `frames` frames of a [1, T, mel_dim] mel; ValueError when it has fewer."""
+    if mel.shape[1] < frames:
+        raise ValueError(f"the clip gives {mel.shape[1]} mel frames; a reference needs {frames}")
+    start = (mel.shape[1] - frames) // 2
+    return np.ascontiguousarray(mel[:, start : start + frames])
+
+
 def derive(model_dir: str, samples: np.ndarray, sample_rate: int) -> VoiceConditioning:
     """The conditioning a custom voice made from this clip speaks with on this checkpoint."""
     from stages.models.qwen2_5_omni import config, family, speakers
 
     token2wav = config(model_dir).token2wav_config
     hop = int(np.prod(token2wav.bigvgan_config.upsample_rates))
-    mel = reference_mel(samples, sample_rate, mel_dim=token2wav.dit_config.mel_dim, hop=hop)
+    whole = reference_mel(samples, sample_rate, mel_dim=token2wav.dit_config.mel_dim, hop=hop)
+    mel = centre(whole, reference_frames(model_dir))
     voices = speakers(model_dir)
     default = next((name for name in voices if name.lower() == family.default_voice.lower()), sorted(voices)[0])
     nearest = nearest_voice(model_dir, token2wav.dit_config, mel, voices, default)

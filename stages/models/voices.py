@@ -1,8 +1,9 @@
 """`python -m stages.models.voices FAMILY MODEL_DIR`: the voices a family's checkpoint speaks with,
-as JSON {"voices": [...], "default_voice": ..., "reference_voices": bool} (the last: whether custom
-voices can be made from a reference clip, `python -m stages.models.voice_reference`). The control
-plane runs it in a subprocess (reading some checkpoints' voices needs torch, which it never
-imports); exit status 2 with the reason on stderr when the checkpoint cannot be read."""
+as JSON {"voices": [...], "default_voice": ..., "reference_voices": bool, "reference_min_s": float}
+(whether custom voices can be made from a reference clip, `python -m stages.models.voice_reference`,
+and the shortest clip it takes). The control plane runs it in a subprocess (reading some
+checkpoints' voices needs torch, which it never imports); exit status 2 with the reason on stderr
+when the checkpoint cannot be read."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def published_voices(family_name: str, model_dir: str) -> dict:
         "voices": voices,
         "default_voice": default,
         "reference_voices": bool(voices and family.takes_voice_reference),
+        "reference_min_s": family.voice_reference_min_s(model_dir) if voices and family.takes_voice_reference else 0.0,
     }
 
 

@@ -20,7 +20,7 @@ pytestmark = [
 ]
 
 
-def wav_clip(seconds: float = 2.0, rate: int = 16000) -> bytes:
+def wav_clip(seconds: float = 4.0, rate: int = 16000) -> bytes:
     t = np.arange(int(seconds * rate)) / rate
     signal = 0.2 * sum(np.sin(2 * np.pi * 150.0 * k * t) / k for k in range(1, 9))
     buffer = io.BytesIO()

@@ -46,7 +46,7 @@ def test_a_custom_voice_speaks_for_its_owner_only(serving_stack, tiny_omni, djan
     serving_stack.deploy("echo-voice", "echo-voice")
     serving_stack.wait_running("omni", "echo-voice", timeout=600)
     client = serving_stack.client(timeout=300)
-    clip = wav_clip(2.0)
+    clip = wav_clip(4.0)
 
     made = client.audio.voices.create(audio_sample=("me.wav", clip, "audio/wav"), consent="cons_1", name="mine",
                                       model="omni")  # fmt: skip
@@ -115,6 +115,8 @@ def test_a_custom_voice_speaks_for_its_owner_only(serving_stack, tiny_omni, djan
 
     assert refused_create(openai.BadRequestError, b"not audio at all")["code"] == "invalid_audio"
     assert refused_create(openai.BadRequestError, wav_clip(0.4))["code"] == "audio_too_short"
+    short = refused_create(openai.BadRequestError, wav_clip(2.0))  # under the 3 s of the model's reference mel
+    assert short["code"] == "audio_too_short" and "at least 3 s" in short["message"]
     too_long = refused_create(openai.BadRequestError, wav_clip(31.0, rate=8000))
     assert (too_long["code"], too_long["param"]) == ("audio_too_long", "file")
     assert refused_create(openai.BadRequestError, clip, model="echo-voice")["code"] == "voice_reference_unsupported"

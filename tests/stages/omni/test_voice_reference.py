@@ -45,10 +45,10 @@ def test_the_reference_mel_is_the_vocoders_log_mel_at_24_khz():
 
 def test_the_derived_conditioning_is_the_nearest_speakers_with_the_clips_mel(repo_tiny_models):
     from stages.models.qwen2_5_omni import family, speakers
-    from stages.models.qwen2_5_voice_reference import derive, reference_mel
+    from stages.models.qwen2_5_voice_reference import centre, derive, min_seconds, reference_mel
 
     model = str(repo_tiny_models / "qwen2_5_omni")
-    clip = voiced_clip(2.0, 16000)
+    clip = voiced_clip(4.0, 16000)
     derived = family.voice_reference(model, clip, 16000)
     assert derived == derive(model, clip, 16000)  # deterministic
     builtin = speakers(model)
@@ -56,8 +56,13 @@ def test_the_derived_conditioning_is_the_nearest_speakers_with_the_clips_mel(rep
     nearest = builtin[derived.nearest]
     assert derived.bos_token == int(nearest["bos_token"])
     np.testing.assert_array_equal(to_numpy(derived.cond), nearest["cond"].float().numpy())
-    np.testing.assert_array_equal(to_numpy(derived.ref_mel), reference_mel(clip, 16000, mel_dim=80, hop=240))
-    assert to_numpy(derived.ref_mel).shape[2] == 80 and abs(to_numpy(derived.ref_mel).shape[1] - 200) <= 2
+    # The reference keeps the built-in voices' length: the middle of the clip's mel.
+    assert to_numpy(derived.ref_mel).shape == tuple(nearest["ref_mel"].shape) == (1, 300, 80)
+    whole = reference_mel(clip, 16000, mel_dim=80, hop=240)
+    np.testing.assert_array_equal(to_numpy(derived.ref_mel), centre(whole, 300))
+    assert whole.shape[1] > 300 and min_seconds(model) == family.voice_reference_min_s(model) == 3.0
+    with pytest.raises(ValueError, match="needs 300"):
+        derive(model, voiced_clip(2.0, 16000), 16000)
 
 
 def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_models):
@@ -65,7 +70,7 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
     from stages.models.qwen2_5_voice_reference import derive
 
     model = str(repo_tiny_models / "qwen2_5_omni")
-    derived = derive(model, voiced_clip(1.5, 24000, f0=220.0), 24000)
+    derived = derive(model, voiced_clip(3.5, 24000, f0=220.0), 24000)
     wire = msgspec.msgpack.encode({"voice": "mine", PARAM: conditioning_params(derived)})
     params = msgspec.msgpack.decode(wire)  # as a replica reads it off its stream
     assert conditioning_of(params) == derived
@@ -91,5 +96,7 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
                 chunks.append(to_numpy(output.payloads["audio"]))
         return np.concatenate(chunks)
 
+    builtin_opened = engine.decoder.open(StageRequest(request_id="y", params={"voice": derived.nearest}))
+    assert builtin_opened["ref_mel"].shape == opened["ref_mel"].shape  # their windows batch together
     custom, builtin = speak("custom", params), speak("builtin", {"voice": derived.nearest})
     assert custom.shape == builtin.shape and not np.allclose(custom, builtin)  # same codes, seed and embedding
