@@ -39,7 +39,7 @@ def test_the_reference_mel_is_the_vocoders_log_mel_at_24_khz():
     assert int(np.argmax(mel[0, 50])) == int(np.argmax(basis[round(tone / rate * 1024)]))  # the tone's band
     assert mel.min() >= np.log(1e-5) - 1e-6
     resampled = reference_mel(samples[::3].copy(), 8000, mel_dim=80, hop=240)  # the same tone at 8 kHz
-    assert resampled.shape[1] == mel.shape[1]
+    assert abs(resampled.shape[1] - mel.shape[1]) <= 1
     assert int(np.argmax(resampled[0, 50])) == int(np.argmax(mel[0, 50]))
 
 
