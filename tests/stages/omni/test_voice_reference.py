@@ -75,7 +75,9 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
     params = msgspec.msgpack.decode(wire)  # as a replica reads it off its stream
     assert conditioning_of(params) == derived
 
-    deploy = StageDeployConfig(max_batch=2, max_length=256, options={"token2wav_cuda_graphs": False})
+    deploy = StageDeployConfig(
+        max_batch=2, max_length=256, options={"token2wav_cuda_graphs": False, "token2wav_warm_up": False}
+    )
     engine = build_token2wav(model, deploy)
     cond, ref_mel = engine.decoder.speaker_of(params)
     np.testing.assert_array_equal(cond.numpy(), to_numpy(derived.cond))
@@ -99,4 +101,6 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
     builtin_opened = engine.decoder.open(StageRequest(request_id="y", params={"voice": derived.nearest}))
     assert builtin_opened["ref_mel"].shape == opened["ref_mel"].shape  # their windows batch together
     custom, builtin = speak("custom", params), speak("builtin", {"voice": derived.nearest})
-    assert custom.shape == builtin.shape and not np.allclose(custom, builtin)  # same codes, seed and embedding
+    # Same codes, seed and speaker embedding: only the reference differs (the random tiny vocoder is quiet).
+    assert custom.shape == builtin.shape
+    assert np.abs(custom - builtin).max() > 1e-4 * np.abs(builtin).max() > 0
