@@ -17,6 +17,7 @@ from control_plane.accounts.services import api_key_create
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(1500),  # building, deploying and speaking with the tiny omni on a loaded machine
 ]
 
 

@@ -24,6 +24,7 @@ from stages.tensors import to_numpy
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(1500),  # building, deploying and speaking with the tiny omni on a loaded machine
 ]
 
 # A greedy talker speaks the same codes for the same request, and code2wav decodes them in one window
