@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 
+import httpx
 import numpy as np
 import pytest
 import soundfile
@@ -51,7 +52,8 @@ async def test_a_custom_voice_in_realtime(realtime_stack, tiny_omni, django_user
     short = {"stages": {"talker": {"sampling": {"max_tokens": 16}}}}
     realtime_stack.deploy("omni", "qwen2_5_omni", short, model_dir=str(tiny_omni))
     await asyncio.to_thread(realtime_stack.wait_running, "omni", timeout=600)
-    made = await asyncio.to_thread(realtime_stack.http, "POST", "/v1/audio/voices",
+    made = await asyncio.to_thread(httpx.post, f"{realtime_stack.base}/v1/audio/voices", timeout=300,
+                                   headers={"Authorization": f"Bearer {realtime_stack.user_secret}"},
                                    data={"name": "mine", "model": "omni"},
                                    files={"file": ("me.wav", wav_clip(), "audio/wav")})  # fmt: skip
     assert made.status_code == 200, made.text
