@@ -3,7 +3,9 @@
 Rows are written for every request, including the ones that fail validation at the
 engine, run out of capacity, or whose client goes away (status `cancelled`). Video
 jobs are InferenceRequests too (route `videos`): the row is the job, `progress` and
-`lease_expires_at` let another web process pick it up after a restart.
+`lease_expires_at` let another web process pick it up after a restart. A custom voice's creation
+is one too (route `audio.voices`): its artifacts are the reference clip and the derived
+conditioning, and the `CustomVoice` names them for its owner.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Route(models.TextChoices):
     IMAGE_EDITS = "images.edits"
     VIDEOS = "videos"
     REALTIME = "realtime"
+    VOICES = "audio.voices"
 
 
 class Status(models.TextChoices):
@@ -112,6 +115,7 @@ class Artifact(models.Model):
         AUDIO = "audio"
         IMAGE = "image"
         VIDEO = "video"
+        CONDITIONING = "conditioning"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     request = models.ForeignKey(InferenceRequest, on_delete=models.CASCADE, related_name="artifacts")
@@ -128,3 +132,26 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request.request_id}/{self.kind}#{self.index}"
+
+
+class CustomVoice(models.Model):
+    """A user's voice made from a reference clip (`POST /v1/audio/voices`), usable by that user only, on
+    deployments of the family and checkpoint its conditioning was derived on. The clip (`audio`) and
+    the conditioning (`conditioning`, an .npz archive) are the artifacts of its creation's request row."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="custom_voices")
+    name = models.CharField(max_length=64)
+    family = models.CharField(max_length=64)
+    model_dir = models.CharField(max_length=500, help_text="The checkpoint its conditioning was derived on.")
+    deployment_name = models.CharField(max_length=100, help_text="The deployment it was made on.")
+    request = models.OneToOneField(InferenceRequest, on_delete=models.CASCADE, related_name="custom_voice")
+    nearest_voice = models.CharField(max_length=64, blank=True, help_text="The built-in voice it borrows from.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="custom_voice_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.user_id})"

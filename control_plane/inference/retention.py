@@ -1,5 +1,6 @@
 """Retention of request history: rows (and their artifact files) older than
-`settings.HISTORY_RETENTION_DAYS` are deleted.
+`settings.HISTORY_RETENTION_DAYS` are deleted, except the rows holding a custom voice (its clip and
+conditioning; deleting the voice deletes them).
 
 `cleanup()` runs periodically in the orchestrator (retention_schedule.py: one orchestrator
 per `HISTORY_CLEANUP_INTERVAL_S`, under a Redis lease) and on demand through `manage.py
@@ -37,9 +38,9 @@ def cleanup(*, older_than_days: float | None = None, now=None) -> int:
     deleted = 0
     while True:
         batch = list(
-            InferenceRequest.objects.filter(created_at__lt=cutoff, status__in=FINAL_STATUSES).prefetch_related(
-                "artifacts"
-            )[:BATCH]
+            InferenceRequest.objects.filter(created_at__lt=cutoff, status__in=FINAL_STATUSES)
+            .filter(custom_voice__isnull=True)  # a custom voice's clip and conditioning live as long as it
+            .prefetch_related("artifacts")[:BATCH]
         )
         if not batch:
             return deleted

@@ -1,8 +1,9 @@
 """OpenAI's voice names and what they mean on a deployment, for every interface that speaks.
 
 OpenAI's voices (`alloy` ... `verse`) are not the models' (Qwen-Omni has Chelsie and Ethan). A request
-naming one goes to the model as it is, which refuses it with the list of its voices, unless the
-deployment sets `map_openai_voices`: then it speaks with the model's default voice.
+naming one is refused at the API with the list of the model's voices (request_voice.py), unless the
+deployment sets `map_openai_voices` (DeployConfig, docs/voices.md): then it speaks with the model's
+default voice.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
+from control_plane.inference.request_voice import voice_params
 from control_plane.inference.targets import served_deployment
-from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
 from control_plane.openai_compat.sampling import build_sampling
@@ -34,8 +34,12 @@ from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from control_plane.openai_compat.unsupported import refuse_unsupported
 from stages.protocol import StageRequest
+from stages.voice_conditioning import PARAM as VOICE_CONDITIONING
 
 AUDIO_EXPIRY_S = 24 * 3600
+VOICE_KEYS = ("voice", VOICE_CONDITIONING)
+"""Keys of `additional_information` that never reach the stages as sent: the voice is checked once
+(control_plane/inference/request_voice.py) and its conditioning comes from the caller's stored voice."""
 
 
 class AudioOptions(msgspec.Struct, kw_only=True):
@@ -138,6 +142,11 @@ def diffusion_params(body: Any) -> dict[str, Any]:
     return params
 
 
+def _extra_voice(body: ChatRequest) -> str | None:
+    voice = (body.additional_information or {}).get("voice")
+    return voice if isinstance(voice, str) else None
+
+
 @served_view(Route.CHAT, "POST")
 async def chat_completions(request, run: RequestRun):
     raw = read_json(request)
@@ -162,10 +171,10 @@ async def chat_completions(request, run: RequestRun):
     entry_sampling, later_sampling, stage_params = build_sampling(
         served.pipeline, served.deploy, sampling_fields(body), body.sampling_params_list
     )
-    params = {**(body.additional_information or {}), **diffusion_params(body), **stage_params}
-    voice = resolve_voice(served.deploy, (body.audio.voice if body.audio else None) or body.voice or body.speaker)
-    if voice:
-        params["voice"] = voice
+    extra = {key: value for key, value in (body.additional_information or {}).items() if key not in VOICE_KEYS}
+    params = {**extra, **diffusion_params(body), **stage_params}
+    requested = (body.audio.voice if body.audio else None) or body.voice or body.speaker
+    params.update(await voice_params(served, run.caller.user, requested or _extra_voice(body)))
     for name in ("language", "instructions"):
         if getattr(body, name):
             params[name] = getattr(body, name)

@@ -22,6 +22,7 @@ from control_plane.openai_compat.response_inputs import ResponseRequest
 from control_plane.openai_compat.speech import SpeechRequest
 from control_plane.openai_compat.transcription_inputs import TranscriptionRequest
 from control_plane.openai_compat.videos import VideoRequest
+from control_plane.openai_compat.voices import VoiceForm
 
 JSON, FORM, SSE = "application/json", "multipart/form-data", "text/event-stream"
 AUDIO = "audio/*"
@@ -65,8 +66,12 @@ OPERATIONS = (
               FORM, ("file",), (JSON, "text/plain", SSE)),
     Operation("/v1/audio/translations", "post", "createTranslation", "Speech to English text.",
               TranscriptionRequest, FORM, ("file",), (JSON, "text/plain")),
-    Operation("/v1/audio/voices", "get", "listVoices", "The voices a deployment speaks with.",
+    Operation("/v1/audio/voices", "get", "listVoices", "The voices a deployment speaks with, the caller's own too.",
               parameters=(("model", "query", True),)),
+    Operation("/v1/audio/voices", "post", "createVoice", "A custom voice from a reference clip.", VoiceForm, FORM,
+              ("file",)),
+    Operation("/v1/audio/voices/{voice}", "delete", "deleteVoice", "Delete one of the caller's custom voices.",
+              parameters=(("voice", "path", True),)),
     Operation("/v1/images/generations", "post", "createImage", "Text to image.", ImageRequest),
     Operation("/v1/images/edits", "post", "createImageEdit", "Image to image.", ImageEditRequest, FORM, ("image",)),
     Operation("/v1/videos", "post", "createVideo", "Start a video job.", VideoRequest),

@@ -19,8 +19,8 @@ from control_plane.inference import audio_encoding
 from control_plane.inference.errors import ApiError, openai_endpoint
 from control_plane.inference.models import Route
 from control_plane.inference.request_run import RequestRun
+from control_plane.inference.request_voice import voice_params
 from control_plane.inference.targets import served_deployment
-from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.access import authenticate
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat import check_modalities
@@ -73,9 +73,7 @@ async def create(request, run: RequestRun):
     fields = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens,
               "seed": body.seed}  # fmt: skip
     entry_sampling, later_sampling, params = build_sampling(served.pipeline, served.deploy, fields, None)
-    voice = resolve_voice(served.deploy, body.audio.voice if body.audio else None)
-    if voice:
-        params["voice"] = voice
+    params.update(await voice_params(served, run.caller.user, body.audio.voice if body.audio else None))
     params["modalities"] = modalities
     parameters = {k: v for k, v in msgspec.to_builtins(body).items()
                   if k not in ("input", "model", "instructions") and v is not None}  # fmt: skip

@@ -25,8 +25,8 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import Deltas, RequestRun
+from control_plane.inference.request_voice import voice_params
 from control_plane.inference.targets import served_deployment
-from control_plane.inference.voice_names import resolve_voice
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
@@ -101,9 +101,7 @@ async def speech(request, run: RequestRun):
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
     params.update({key: getattr(body, key) for key in ("instructions", "language") if getattr(body, key)})
-    voice = resolve_voice(served.deploy, body.voice)
-    if voice:
-        params["voice"] = voice
+    params.update(await voice_params(served, run.caller.user, body.voice))
     params["modalities"] = ["audio"]
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}
     await run.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"],

@@ -28,8 +28,8 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
+from control_plane.inference.request_voice import voice_params
 from control_plane.inference.targets import Caller, Served
-from control_plane.inference.voice_names import resolve_voice
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
 from control_plane.realtime.sampling import entry_sampling, later_sampling
@@ -78,6 +78,7 @@ class ResponseRun:
         self.model_rate: int | None = None
         self.first_audio_s: float | None = None
         self.failure: ApiError | None = None
+        self.voice: dict = {}  # the request params of the voice, checked when the response starts
         principal = session.principal
         self.request = RequestRun(route=Route.REALTIME, request_id=self.id, caller=Caller(principal.user,
                                   principal.api_key), charge=ResponseCharge(session.quota))  # fmt: skip
@@ -211,10 +212,12 @@ class ResponseRun:
     def stage_request(self) -> StageRequest:
         session = self.session
         sampling = entry_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens, self.spec.temperature)
-        voice = resolve_voice(session.deploy, self.spec.voice)
-        params = {"voice": voice} if voice else {}
         return StageRequest(
-            request_id=self.id, messages=self.spec.messages, sampling=sampling, params=params, arrival_time=time.time()
+            request_id=self.id,
+            messages=self.spec.messages,
+            sampling=sampling,
+            params=dict(self.voice),
+            arrival_time=time.time(),
         )
 
     async def run(self) -> None:
@@ -248,6 +251,7 @@ class ResponseRun:
             return
         later = later_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens)
         try:
+            self.voice = await voice_params(self.request.served, self.session.principal.user, self.spec.voice)
             deltas = await self.request.submit(self.stage_request(), later, idle_timeout=IDLE_TIMEOUT_S)
         except ApiError as refused:
             self.failure = await self.request.fail(refused)

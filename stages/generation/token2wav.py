@@ -3,7 +3,8 @@
 Dataflow of `Qwen2_5OmniToken2WavModel.forward` (= `generate(return_audio=True)`'s last step):
 the DiT integrates an ODE (RK4, `num_steps=10` time points with sway -1.0, classifier-free
 guidance 0.5 with the uncond batch stacked) from Gaussian noise `[1, 2T, 80]` (two mel frames
-per code) conditioned on the speaker's `cond` and `ref_mel` (spk_dict.pt); BigVGAN turns the
+per code) conditioned on the speaker's `cond` and `ref_mel` (spk_dict.pt, or a custom voice's conditioning
+sent with the request); BigVGAN turns the
 mel into 240 samples per mel frame (480 per code).
 
 Noise: each request draws `[1, 2 * max_length, 80]` once from its own generator seeded with
@@ -147,18 +148,31 @@ class Token2WavDecoder:
     def open(self, request: StageRequest) -> Any:
         import torch
 
-        voice = request.params.get("voice") or DEFAULT_VOICE
-        if str(voice).lower() not in self.speakers:
-            raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {sorted(self.speakers)}")
-        speaker = self.speakers[str(voice).lower()][1]
+        cond, ref_mel = self.speaker_of(request.params)
         generator = torch.Generator().manual_seed(int(request.params.get("seed", 0)))
         noise = torch.randn([1, self.repeats * self.max_frames, self.dit.config.mel_dim], generator=generator)
         dtype = self.dit.dtype
         return {
-            "cond": speaker["cond"].to(self.device, dtype),
-            "ref_mel": speaker["ref_mel"].to(self.device, dtype),
+            "cond": cond.to(self.device, dtype),
+            "ref_mel": ref_mel.to(self.device, dtype),
             "noise": noise.to(self.device, dtype),
         }
+
+    def speaker_of(self, params: dict) -> tuple[Any, Any]:
+        """(cond, ref_mel) of the request's voice: a custom voice's conditioning when it carries one
+        (stages/voice_conditioning.py), else the named built-in speaker's (the API checked the name;
+        the offline library's requests are refused here when it names none of them)."""
+        from stages.tensors import from_wire
+        from stages.voice_conditioning import conditioning_of
+
+        custom = conditioning_of(params)
+        if custom is not None:
+            return from_wire(custom.cond), from_wire(custom.ref_mel)
+        voice = params.get("voice") or DEFAULT_VOICE
+        if str(voice).lower() not in self.speakers:
+            raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {sorted(self.speakers)}")
+        speaker = self.speakers[str(voice).lower()][1]
+        return speaker["cond"], speaker["ref_mel"]
 
     def frames_of(self, request: StageRequest) -> list[Any]:
         codes = list(request.prompt_token_ids or [])

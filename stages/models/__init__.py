@@ -98,6 +98,18 @@ class ModelFamily:
         (`python -m stages.models.voices` publishes them to the control plane)."""
         return []
 
+    takes_voice_reference: bool = False
+    """Whether a custom voice can be made from a reference clip (`voice_reference`)."""
+
+    def voice_reference(self, model_dir: str | Path, samples, sample_rate: int):
+        """The `stages.voice_conditioning.VoiceConditioning` a clip (mono float32 samples) gives on this
+        checkpoint (`python -m stages.models.voice_reference` runs it for the control plane)."""
+        raise ConfigError("voice", f"the {self.name} family cannot make a voice from a reference clip")
+
+    def voice_reference_min_s(self, model_dir: str | Path) -> float:
+        """The shortest reference clip this checkpoint takes, in seconds."""
+        return 0.0
+
 
 def get_family(name: str) -> ModelFamily:
     """The family registered under `name` (imports its module on first use)."""

@@ -43,13 +43,12 @@ class ChatParts(NamedTuple):
     """Each video file's bytes and the field it came from (decoded later, within the limits)."""
 
 
-def prepare_omni_request(
-    request: StageRequest, processor, speakers: list[str], video_limits: VideoLimits
-) -> StageRequest:
+def prepare_omni_request(request: StageRequest, processor, video_limits: VideoLimits) -> StageRequest:
+    """The thinker's input from messages or a prompt. The voice is not its concern: the API checks it
+    against the voices the family publishes, and the talker and code2wav read its conditioning."""
     from stages.models.omni_thinker import MM_PAYLOADS
     from stages.tensors import to_wire
 
-    check_voice(request.params.get("voice"), speakers)
     if request.prompt_token_ids and not request.messages and not request.prompt:
         return request
     messages = request.messages
@@ -82,13 +81,6 @@ def prepare_omni_request(
         prompt_token_ids=processed["input_ids"][0].tolist(),
         payloads={**request.payloads, **payloads},
     )
-
-
-def check_voice(voice: Any, speakers: list[str]) -> None:
-    if voice is None:
-        return
-    if not isinstance(voice, str) or voice.lower() not in {name.lower() for name in speakers}:
-        raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {sorted(speakers)}")
 
 
 def sample_videos(videos: list[tuple[bytes, str]], video_processor, limits: VideoLimits):

@@ -100,9 +100,7 @@ class OmniTalkerEngine(StageEngine):
     def add_request(self, request: StageRequest) -> None:
         if request.request_id in self.requests:
             raise InvalidRequest("request_id", f"request {request.request_id!r} is already running")
-        voice = str(request.params.get("voice") or self.default_voice).lower()
-        if voice not in self.voices:
-            raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {self.voice_names}")
+        voice = self.voice_of(request.params)
         if "thinker_prompt_ids" not in request.params:
             raise InvalidRequest("params.thinker_prompt_ids", "the talker needs the thinker's first output")
         sampling = parse_sampling(request, self.engine.options.get("sampling"))
@@ -110,13 +108,22 @@ class OmniTalkerEngine(StageEngine):
             sampling = msgspec.structs.replace(sampling, repetition_penalty=self.repetition_penalty)
         rows = ThinkerRows(
             prompt_ids=list(request.params["thinker_prompt_ids"]),
-            voice=self.voices[voice],
+            voice=voice,
             sampling=sampling,
             stage_id=request.stage_id,
             params=dict(request.params),
         )
         self.requests[request.request_id] = rows
         self._receive(request, rows)
+
+    def voice_of(self, params: dict[str, Any]) -> Any:
+        """The speaker value the family's prompt uses: a custom voice's (its conditioning travels with
+        the request) or the named built-in voice's (the API checked the name; the offline library's
+        requests are refused here when it names none of them)."""
+        voice = str(params.get("voice") or self.default_voice).lower()
+        if voice not in self.voices:
+            raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {self.voice_names}")
+        return self.voices[voice]
 
     def add_chunk(self, request: StageRequest) -> None:
         rows = self.requests.get(request.request_id)

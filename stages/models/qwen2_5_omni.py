@@ -17,7 +17,8 @@ thinker's embedding matrix by slicing), or with `load_format: dummy` fills it wi
 weights (stages/models/omni_weights.py). Inputs (stages/models/omni_inputs.py): text, audio,
 image and video parts; video is decoded with PyAV and patchified without torchvision, each clip's
 `<|VIDEO|>` expanded to t x h x w / 4 tokens and its own audio track unused
-(`use_audio_in_video=False`). Voices: the speakers of spk_dict.pt.
+(`use_audio_in_video=False`). Voices: the speakers of spk_dict.pt, and custom voices made from a
+reference clip (stages/models/qwen2_5_voice_reference.py) whose conditioning travels with the request.
 """
 
 from __future__ import annotations
@@ -113,12 +114,24 @@ class Qwen25OmniFamily(ModelFamily):
 
         proc = processor(str(model_dir))
         limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
-        return prepare_omni_request(request, proc, list(speakers(str(model_dir))), limits)
+        return prepare_omni_request(request, proc, limits)
 
     default_voice = "Chelsie"
 
     def voices(self, model_dir: str | Path) -> list[str]:
         return sorted(speakers(str(model_dir)))
+
+    takes_voice_reference = True
+
+    def voice_reference(self, model_dir: str | Path, samples, sample_rate: int):
+        from stages.models.qwen2_5_voice_reference import derive
+
+        return derive(str(model_dir), samples, sample_rate)
+
+    def voice_reference_min_s(self, model_dir: str | Path) -> float:
+        from stages.models.qwen2_5_voice_reference import min_seconds
+
+        return min_seconds(str(model_dir))
 
 
 @functools.lru_cache(maxsize=4)

@@ -35,8 +35,10 @@ from stages.ar.attention import use_paged_attention
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
 from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
+from stages.errors import InvalidRequest
 from stages.models.omni_talker import OmniTalkerEngine, ThinkerRows
 from stages.protocol import StageOutput
+from stages.voice_conditioning import conditioning_of
 
 TALKER_EOS = (8292, 8294)
 REPETITION_PENALTY = 1.05
@@ -103,6 +105,15 @@ class TalkerEngine(OmniTalkerEngine):
         super().__init__(engine, voices)
         self.thinker_rows = thinker_rows
         self.qwen_prompt = qwen_prompt
+
+    def voice_of(self, params: dict) -> int:
+        """The speaker's bos token: a custom voice's (its nearest built-in speaker's) or a built-in one's."""
+        custom = conditioning_of(params)
+        if custom is None:
+            return super().voice_of(params)
+        if custom.bos_token not in self.thinker_rows:
+            raise InvalidRequest("voice", f"the voice's speaker token {custom.bos_token} is none of this model's")
+        return custom.bos_token
 
     def start(self, request_id: str, rows: ThinkerRows) -> Sequence:
         prompt, history = self._prompt_rows(rows)

@@ -118,7 +118,7 @@ class Qwen3OmniFamily(ModelFamily):
 
         proc = processor(str(model_dir))
         limits = deployed_limits(proc.video_processor.limits, stage_deploy.options)
-        return prepare_omni_request(request, proc, voices(str(model_dir)), limits)
+        return prepare_omni_request(request, proc, limits)
 
     default_voice = "ethan"
 

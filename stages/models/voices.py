@@ -1,7 +1,9 @@
 """`python -m stages.models.voices FAMILY MODEL_DIR`: the voices a family's checkpoint speaks with,
-as JSON {"voices": [...], "default_voice": ...}. The control plane runs it in a subprocess (reading
-some checkpoints' voices needs torch, which it never imports); exit status 2 with the reason on
-stderr when the checkpoint cannot be read."""
+as JSON {"voices": [...], "default_voice": ..., "reference_voices": bool, "reference_min_s": float}
+(whether custom voices can be made from a reference clip, `python -m stages.models.voice_reference`,
+and the shortest clip it takes). The control plane runs it in a subprocess (reading some
+checkpoints' voices needs torch, which it never imports); exit status 2 with the reason on stderr
+when the checkpoint cannot be read."""
 
 from __future__ import annotations
 
@@ -18,7 +20,12 @@ def published_voices(family_name: str, model_dir: str) -> dict:
     default = family.default_voice if voices else None
     if default is not None:  # the checkpoint's own spelling of it
         default = next((name for name in voices if name.lower() == default.lower()), default)
-    return {"voices": voices, "default_voice": default}
+    return {
+        "voices": voices,
+        "default_voice": default,
+        "reference_voices": bool(voices and family.takes_voice_reference),
+        "reference_min_s": family.voice_reference_min_s(model_dir) if voices and family.takes_voice_reference else 0.0,
+    }
 
 
 if __name__ == "__main__":

@@ -117,3 +117,15 @@ def test_retention_zero_keeps_everything(media_root, settings):
     settings.HISTORY_RETENTION_DAYS = 0
     row = history_row("ancient", age_days=3650)
     assert retention.cleanup() == 0 and kept(*row)
+
+
+def test_a_custom_voices_row_outlives_retention(media_root, django_user_model):
+    from control_plane.inference.models import CustomVoice
+
+    owner = django_user_model.objects.create_user("voice-owner", password="x")
+    voice_row, voice_file = history_row("voice_1", age_days=400)
+    CustomVoice.objects.create(user=owner, name="mine", family="qwen2_5_omni", model_dir="/m", deployment_name="omni",
+                               request=InferenceRequest.objects.get(request_id="voice_1"))  # fmt: skip
+    old = history_row("old-chat", age_days=400)
+    assert retention.cleanup() == 1
+    assert gone(*old) and kept(voice_row, voice_file) and CustomVoice.objects.filter(name="mine").exists()
