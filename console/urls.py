@@ -1,7 +1,19 @@
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 
-from console.views import audit, auth, catalog, dashboard, deployments, history, keys, models, playgrounds, voice
+from console.views import (
+    audit,
+    auth,
+    catalog,
+    dashboard,
+    deployments,
+    devices,
+    history,
+    keys,
+    models,
+    playgrounds,
+    voice,
+)
 
 app_name = "console"
 urlpatterns = [
@@ -20,6 +32,8 @@ urlpatterns = [
     path("deployments/<slug:name>/stop/", deployments.deployment_stop_view, name="deployment-stop"),
     path("deployments/<slug:name>/start/", deployments.deployment_start_view, name="deployment-start"),
     path("deployments/<slug:name>/delete/", deployments.deployment_delete_view, name="deployment-delete"),
+    path("devices/", devices.devices, name="devices"),
+    path("devices/panel/", devices.devices_panel, name="devices-panel"),
     path("playground/voice/", voice.voice_playground, name="voice"),
     path("playground/voice/code/", voice.voice_code, name="voice-code"),
     path("playground/video/api-jobs/", playgrounds.video_api_jobs, name="video-api-jobs"),

@@ -14,7 +14,9 @@ next stage, runs only on this host (`workers.payload_routes`), else through Redi
 a TTL; small ones inline. Shared-memory segments this host reads are freed once the input
 that carried them is acknowledged; a segment written on another host is asked of its
 writer (`workers.foreign_payloads`), and this host answers such `export` entries, and
-`release` entries for segments nobody will read. Transfer totals go out with the heartbeat.
+`release` entries for segments nobody will read. Transfer totals, the stage's step measurements
+(`workers.step_meter`) and its device's memory (`workers.device_usage`) go out with the heartbeat;
+while it loads, the heartbeat names the loading phase.
 
 Dead work: before taking a read's inputs, and every ENDED_CHECK_S while requests run, the
 host asks which of their requests the orchestrator has ended (`streams.aborted_requests`):
@@ -62,8 +64,12 @@ import redis
 from stages import streams
 from stages.connectors import Connectors
 from stages.engine import StageEngine
+from stages.engine_stats import capacity_of, step_stats, unit_of
 from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from stages.replica_stats import DeviceUsage, StageStats
+from workers.device_pinning import local_device
+from workers.device_usage import CpuClock, device_usage
 from workers.dropped_inputs import AbortedRequests, DroppedInputs
 from workers.foreign_payloads import ForeignPayloads
 from workers.log_stream import publish_logs
@@ -72,6 +78,7 @@ from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
 from workers.replica_status import StatusReporter, heartbeat_ttl_s
 from workers.seen_entries import SeenEntries
+from workers.step_meter import StepMeter
 
 log = logging.getLogger("workers.replica_host")
 
@@ -118,7 +125,7 @@ class ReplicaHost:
     ):
         self.spec = spec
         self.client = client
-        self.build_engine = build_engine or _load_engine
+        self.build_engine = build_engine or (lambda spec: _load_engine(spec, self.reporter.set_progress))
         self.drains_after_ms = drains_after_ms
         self.input = ReplicaInput(client, spec.replica_id)
         self.output_stream = streams.deployment_output(spec.deployment_id)
@@ -144,8 +151,11 @@ class ReplicaHost:
             running=lambda: len(self.running),
             transfers=self.connectors.stats,
             dropped_inputs=lambda: self.dropped.total,
+            stats=self._stage_stats,
+            device_usage=self._device_usage(),
         )
         self.seen = SeenEntries()
+        self.meter = StepMeter()
         self.engine: StageEngine | None = None
         self.stop_requested = threading.Event()
         self.watch = ParentWatch(parent_pid, on_timeout=self._report_parent_gone) if parent_pid else None
@@ -174,9 +184,19 @@ class ReplicaHost:
                 self.watch.stop()
             self.reporter.stop()
 
+    def _stage_stats(self) -> StageStats | None:
+        return self.meter.snapshot(capacity_of(self.engine)) if self.engine is not None else None
+
+    def _device_usage(self) -> Callable[[], DeviceUsage]:
+        named = self.spec.device or self.spec.stage_deploy.get("device") or "cpu"
+        here, clock = local_device(named, os.environ), CpuClock()
+        return lambda: device_usage(here, clock, label=named)
+
     def _load_and_serve(self) -> int:
         try:
+            self.reporter.set_progress(0.0, "starting")
             self.engine = self.build_engine(self.spec)
+            self.meter.set_unit(unit_of(self.engine))
         except Exception as error:
             log.exception("replica %s: loading the engine failed", self.spec.replica_id)
             self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}",
@@ -259,6 +279,8 @@ class ReplicaHost:
     def _apply(self, entry: InputEntry) -> None:
         message = entry.message
         if isinstance(message, StageRequest):
+            if message.seq == 0:
+                self.meter.queued(time.time() - entry.time_ms / 1000)
             self._take_request(message)
         elif isinstance(message, Abort):
             self._abort(message.request_id)
@@ -314,11 +336,15 @@ class ReplicaHost:
         self.engine.abort(request_id)
 
     def _step(self) -> None:
+        began = time.perf_counter()
         try:
             outputs = self.engine.step()
         except Exception as exception:
             self._step_failed(exception)
             return
+        stats = step_stats(self.engine, outputs)
+        if stats.batch or outputs:  # a step that only waited for input chunks is no step
+            self.meter.step(time.perf_counter() - began, stats.batch, stats.units)
         for output in outputs:
             running = self.running.get(output.request_id)
             if running is not None:
@@ -439,10 +465,10 @@ class ReplicaHost:
         self.reporter.stop()
 
 
-def _load_engine(spec: ReplicaSpec) -> StageEngine:
+def _load_engine(spec: ReplicaSpec, progress: Callable[[float, str], None] | None = None) -> StageEngine:
     from workers.replica_engine import load_replica_engine  # heavy: imports the family's modules
 
-    return load_replica_engine(spec)
+    return load_replica_engine(spec, progress=progress)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
