@@ -48,7 +48,7 @@ HISTOGRAMS = {
     "time_to_first_token_seconds": ("ttft_s", False, "Time from submission to the first text token."),
     "time_to_first_packet_seconds": ("ttfp_s", False, "Time from submission to the first audio packet."),
     "time_per_output_token_seconds": ("tpot_s", False, "Mean time between text tokens after the first."),
-    "queue_seconds": ("queue_s", False, "Time a request waited before its first stage started."),
+    "queue_seconds": ("queue_s", False, "Time a request waited for a replica of its first stage."),
     "audio_real_time_factor": ("rtf", False, "End-to-end latency over the seconds of audio produced (RTF)."),
 }
 STAGE_HISTOGRAMS = {

@@ -1,5 +1,7 @@
 """Request timings from the timestamps the core recorded (seconds).
 
+Queue: submit -> the request's first stage placed on a replica (the orchestrator's wait for
+one; its wait in the replica's input stream is the replica's `omnistage_stage_queue_seconds`).
 TTFT: submit -> first client-visible text. TPOT: mean gap between text tokens after the
 first. TTFP: submit -> first audio packet. E2EL: submit -> completion. RTF: E2EL over the
 seconds of audio produced. Per stage: time from its first input to its finish, and to its
@@ -14,6 +16,9 @@ from stages.orchestrator.state import RequestState
 
 def summarize(state: RequestState, ended_at: float) -> RequestSummary:
     metrics: dict[str, float] = {"e2el_s": ended_at - state.submitted_at}
+    placed = [progress.started_at for progress in state.stages.values() if progress.started_at is not None]
+    if placed:
+        metrics["queue_s"] = max(0.0, min(placed) - state.submitted_at)
     if state.first_text_at is not None:
         metrics["ttft_s"] = state.first_text_at - state.submitted_at
         gaps = max(state.text_tokens, state.text_outputs) - 1
