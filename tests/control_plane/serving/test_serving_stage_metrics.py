@@ -104,6 +104,8 @@ def test_stage_series_have_values_after_requests_through_each_stage_kind(serving
     rtf = value(samples, "omnistage_audio_real_time_factor_count", deployment="omni-metrics", route="chat.completions")
     assert rtf == 1 and value(samples, "omnistage_audio_real_time_factor_sum", deployment="omni-metrics") > 0
     assert value(samples, "omnistage_audio_real_time_factor_count", deployment="image-metrics") == 0
+    assert value(samples, "omnistage_queue_seconds_count", deployment="omni-metrics") == 1
+    assert value(samples, "omnistage_queue_seconds_count", deployment="image-metrics", route="images.generations") == 1
 
     devices = [labels for labels, v in samples["omnistage_device_memory_total_bytes"] if v > 0]
     assert any(labels["device"] == "cpu" and labels["host"] for labels in devices), devices
