@@ -4,8 +4,14 @@
   RSS from /proc/self/statm, and its CPU use over the window since the last reading (os.times),
   as a share of the machine's cores (1.0: every core busy with this process).
 - cuda:N: `torch.cuda.mem_get_info` (only when torch is already imported in this process: a
-  pool heartbeat never imports it), what torch allocated, and NVML's utilisation and memory when
-  `pynvml` is importable (the pool heartbeat uses NVML alone).
+  pool heartbeat never imports it), what torch's allocator reserved, and NVML's utilisation and
+  memory when `pynvml` is importable (the pool heartbeat uses NVML alone).
+
+A replica host reads its device through a `DeviceReader` on its serving loop, between engine steps
+(at most once per heartbeat interval), never from the heartbeat thread: a CUDA graph captured in
+the default (global) mode fails when another thread calls into the driver meanwhile, and captures
+happen while the engine loads or inside a step. A host whose engines step on threads of their own
+(a stage group) skips the driver call and reports the allocator's numbers alone.
 
 Everything that cannot be read is None; a reading never raises.
 """
@@ -68,14 +74,18 @@ def cuda_index(device: str) -> int:
     return int(index) if index.isdigit() else 0
 
 
-def torch_cuda_memory(index: int) -> tuple[int | None, int | None, int | None]:
-    """(used, total, allocated by this process) from torch, if this process has imported it."""
+def torch_cuda_memory(index: int, driver: bool = True) -> tuple[int | None, int | None, int | None]:
+    """(used, total, reserved by this process) from torch, if this process has imported it and
+    initialised CUDA; `driver=False`: no driver call (used is then unknown)."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None, None, None
     try:
+        reserved = int(torch.cuda.memory_reserved(index))
+        if not driver:
+            return None, int(torch.cuda.get_device_properties(index).total_memory), reserved
         free, total = torch.cuda.mem_get_info(index)
-        return total - free, total, int(torch.cuda.memory_reserved(index))
+        return total - free, total, reserved
     except Exception:  # noqa: BLE001 - a driver hiccup must not stop a heartbeat
         return None, None, None
 
@@ -102,18 +112,38 @@ def _physical_index(index: int) -> int:
     return index
 
 
-def device_usage(device: str, cpu_clock: CpuClock | None = None, *, label: str | None = None) -> DeviceUsage:
+def device_usage(
+    device: str, cpu_clock: CpuClock | None = None, *, label: str | None = None, driver: bool = True
+) -> DeviceUsage:
     """`device` as this process names it; `label` as the deployment does (a pinned host's `cuda:0`
     is the deployment's `cuda:N`)."""
-    usage = _usage(device, cpu_clock)
+    usage = _usage(device, cpu_clock, driver)
     usage.device = label or device
     return usage
 
 
-def _usage(device: str, cpu_clock: CpuClock | None) -> DeviceUsage:
+class DeviceReader:
+    """The replica host's device reading: refreshed on its serving loop, read by its heartbeat."""
+
+    def __init__(self, device: str, label: str, interval_s: float, *, driver: bool = True, clock=time.monotonic):
+        self.device, self.label, self.interval_s, self.driver, self.clock = device, label, interval_s, driver, clock
+        self.cpu = CpuClock()
+        self._read_at: float | None = None
+        self.latest = DeviceUsage(device=label)
+        self.refresh()
+
+    def refresh(self) -> None:
+        now = self.clock()
+        if self._read_at is not None and now - self._read_at < self.interval_s:
+            return
+        self._read_at = now
+        self.latest = device_usage(self.device, self.cpu, label=self.label, driver=self.driver)
+
+
+def _usage(device: str, cpu_clock: CpuClock | None, driver: bool) -> DeviceUsage:
     if device.startswith("cuda"):
         index = cuda_index(device)
-        used, total, allocated = torch_cuda_memory(index)
+        used, total, allocated = torch_cuda_memory(index, driver)
         nvml_used, nvml_total, utilization = nvml_device(index)
         return DeviceUsage(
             device=device,

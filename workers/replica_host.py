@@ -67,16 +67,16 @@ from stages.engine import StageEngine
 from stages.engine_stats import capacity_of, step_stats, unit_of
 from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
-from stages.replica_stats import DeviceUsage, StageStats
+from stages.replica_stats import StageStats
 from workers.device_pinning import local_device
-from workers.device_usage import CpuClock, device_usage
+from workers.device_usage import DeviceReader
 from workers.dropped_inputs import AbortedRequests, DroppedInputs
 from workers.foreign_payloads import ForeignPayloads
 from workers.log_stream import publish_logs
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
 from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
-from workers.replica_status import StatusReporter, heartbeat_ttl_s
+from workers.replica_status import StatusReporter, heartbeat_interval_s, heartbeat_ttl_s
 from workers.seen_entries import SeenEntries
 from workers.step_meter import StepMeter
 
@@ -152,10 +152,13 @@ class ReplicaHost:
             transfers=self.connectors.stats,
             dropped_inputs=lambda: self.dropped.total,
             stats=self._stage_stats,
-            device_usage=self._device_usage(),
+            device_usage=lambda: self.device_reader.latest,
         )
         self.seen = SeenEntries()
         self.meter = StepMeter()
+        named = spec.device or spec.stage_deploy.get("device") or "cpu"
+        self.device_reader = DeviceReader(local_device(named, os.environ), named, heartbeat_interval_s(),
+                                   driver=not spec.members)  # fmt: skip
         self.engine: StageEngine | None = None
         self.stop_requested = threading.Event()
         self.watch = ParentWatch(parent_pid, on_timeout=self._report_parent_gone) if parent_pid else None
@@ -186,11 +189,6 @@ class ReplicaHost:
 
     def _stage_stats(self) -> StageStats | None:
         return self.meter.snapshot(capacity_of(self.engine)) if self.engine is not None else None
-
-    def _device_usage(self) -> Callable[[], DeviceUsage]:
-        named = self.spec.device or self.spec.stage_deploy.get("device") or "cpu"
-        here, clock = local_device(named, os.environ), CpuClock()
-        return lambda: device_usage(here, clock, label=named)
 
     def _load_and_serve(self) -> int:
         try:
@@ -240,6 +238,7 @@ class ReplicaHost:
                 else:
                     self._idle_steps = 0
                 self._flush()
+                self.device_reader.refresh()  # between steps: no CUDA graph is being captured now
             except (redis.ConnectionError, redis.TimeoutError) as failure:
                 log.warning("replica %s: Redis unavailable (%s); retrying", self.spec.replica_id, failure)
                 time.sleep(REDIS_RETRY_S)
