@@ -157,8 +157,8 @@ class ReplicaHost:
         self.seen = SeenEntries()
         self.meter = StepMeter()
         named = spec.device or spec.stage_deploy.get("device") or "cpu"
-        self.device_reader = DeviceReader(local_device(named, os.environ), named, heartbeat_interval_s(),
-                                   driver=not spec.members)  # fmt: skip
+        here = local_device(named, os.environ)
+        self.device_reader = DeviceReader(here, named, heartbeat_interval_s(), driver=not spec.members)
         self.engine: StageEngine | None = None
         self.stop_requested = threading.Event()
         self.watch = ParentWatch(parent_pid, on_timeout=self._report_parent_gone) if parent_pid else None
