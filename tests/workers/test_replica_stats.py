@@ -15,7 +15,7 @@ from replica_testing import wait_state as replica_state
 from stages.engine_stats import StepStats, capacity_of, inner_engine, step_stats, unit_of
 from stages.protocol import ReplicaSpec, StageOutput, StageRequest
 from stages.replica_stats import BATCH_BOUNDS, Capacity, Histogram
-from workers.device_usage import CpuClock, device_usage
+from workers.device_usage import CpuClock, DeviceReader, device_usage
 from workers.step_meter import StepMeter
 
 pytestmark = pytest.mark.timeout(120)
@@ -104,6 +104,21 @@ def test_the_cpu_reading_has_the_machines_memory_and_the_process():
     assert usage.process_bytes > 0 and 0.0 <= usage.utilization <= 1.0
     cuda = device_usage("cuda:0", label="cuda:3")  # torch is not imported here: nothing to read but NVML
     assert cuda.device == "cuda:3" and cuda.process_bytes is None
+
+
+def test_the_device_reader_reads_at_most_once_a_heartbeat_interval():
+    clock = Clock()
+    reader = DeviceReader("cpu", "cpu", 2.0, clock=clock)
+    first = reader.latest
+    assert first.memory_total_bytes > 0
+    clock.now += 1.0
+    reader.refresh()
+    assert reader.latest is first
+    clock.now += 1.0
+    reader.refresh()
+    assert reader.latest is not first and reader.latest.process_bytes > 0
+    gpu = DeviceReader("cuda:0", "cuda:2", 2.0, driver=False)  # a group host's: no driver call
+    assert gpu.latest.device == "cuda:2" and gpu.latest.memory_used_bytes is None
 
 
 def test_loading_an_engine_reports_its_phases_in_order():
