@@ -97,9 +97,10 @@ def test_stage_series_have_values_after_requests_through_each_stage_kind(serving
     assert value(samples, "omnistage_stage_capacity_total", deployment="image-metrics", kind="slots") > 0
     # at least 3 denoising steps for our image on top of the warm-up's
     dit = {"deployment": "image-metrics", "stage": "dit", "unit": "steps"}
-    assert value(samples, "omnistage_stage_output_units_total", **dit) >= value(
-        before, "omnistage_stage_output_units_total", **dit
-    ) + 3
+    assert (
+        value(samples, "omnistage_stage_output_units_total", **dit)
+        >= value(before, "omnistage_stage_output_units_total", **dit) + 3
+    )
 
     rtf = value(samples, "omnistage_audio_real_time_factor_count", deployment="omni-metrics", route="chat.completions")
     assert rtf == 1 and value(samples, "omnistage_audio_real_time_factor_sum", deployment="omni-metrics") > 0
