@@ -13,7 +13,7 @@ import pytest
 from procs import METRICS_TOKEN, PYTHON, REPO, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)]
 
 OMNI = {"stages": {"thinker": {"sampling": {"max_tokens": 6}}, "talker": {"sampling": {"max_tokens": 24}}}}
 OMNI_STAGES = {"thinker": "tokens", "talker": "tokens", "code2wav": "frames"}
