@@ -86,6 +86,20 @@ def measure(platform: Platform, name: str, target: Target, concurrency: list[int
     return json.loads(result.read_text())["levels"]
 
 
+def one_level(bench_args: list[str], index: int) -> list[str]:
+    """`bench serve`'s flags for the index-th concurrency level alone: a flag that gives one value
+    per level (`--num-prompts 4 16 32`) keeps that level's value."""
+    kept, position = [], 0
+    while position < len(bench_args):
+        flag = bench_args[position]
+        values = []
+        while position + 1 + len(values) < len(bench_args) and not bench_args[position + 1 + len(values)].startswith("--"):
+            values.append(bench_args[position + 1 + len(values)])
+        kept += [flag, values[index]] if flag == "--num-prompts" and len(values) > 1 else [flag, *values]
+        position += 1 + len(values)
+    return kept
+
+
 def figure(level: dict, key: str, field: str | None) -> float | None:
     value = level.get(key)
     if field is not None:
@@ -134,10 +148,11 @@ def main() -> int:
                 deploy(platform, name, target, {**config, "_model_dir": model})
             wait_running(platform, list(configs), args.deploy_timeout)
             levels: dict[str, list[dict]] = {name: [] for name in configs}
-            for concurrency in args.concurrency:
+            for index, concurrency in enumerate(args.concurrency):
                 for name in configs:
                     result = (out or var_dir) / f"colocate_{name}_c{concurrency}.json"
-                    levels[name] += measure(platform, name, target, [concurrency], bench_args, result)
+                    level_args = one_level(bench_args, index)
+                    levels[name] += measure(platform, name, target, [concurrency], level_args, result)
             print(ratio_table(levels["split"], levels["grouped"]), flush=True)
         finally:
             platform.stop()

@@ -142,6 +142,8 @@ class Platform:
         self.env.update(
             OMNISTAGE_VAR_DIR=str(var_dir), OMNISTAGE_PORT=str(self.port), OMNISTAGE_POOLS=pool,
             OMNISTAGE_ADMIN_PASSWORD=secrets.token_urlsafe(12),
+            # the real-shape config directories are written under the scratch var dir
+            OMNISTAGE_MODEL_DIR_ROOTS=f"{var_dir},{REPO / 'var' / 'models'}",
             DJANGO_SETTINGS_MODULE="control_plane.settings", PYTHONUNBUFFERED="1",
         )  # fmt: skip
         self.log = var_dir / "omni_up.log"

@@ -14,7 +14,9 @@ Targets:
 - `omni-7b-shaped`: the same pipeline and sampling over the real-shape directory `qwen2_5_omni_7b`
   (`python -m stages.tiny --real-shapes`: Qwen2.5-Omni-7B's published configs, no weights) deployed
   with `load_format: dummy`: each replica host builds its stage on the GPU with seeded random
-  weights, nothing is written or read; it needs `--device cuda`.
+  weights, nothing is written or read; it needs `--device cuda`;
+- `omni-7b-grouped`: the same with the three stages in one stage group (one replica host process,
+  docs/stage-groups.md).
 
 `--device cuda` puts every stage of the omni targets on the GPU (thinker and talker in bf16 with
 CUDA graphs, code2wav in float32, batches up to 16).
@@ -71,10 +73,17 @@ class Target:
 
 SEVEN_B_SHAPED = "qwen2_5_omni_7b"  # the real-shape directory (needs a GPU)
 SHORT_REPLIES = {"stages": {"thinker": {"sampling": {"max_tokens": 8}}, "talker": {"sampling": {"max_tokens": 40}}}}
+
+
+def grouped(config: dict) -> dict:
+    """`config` with thinker, talker and code2wav in one stage group (one replica host process)."""
+    stages = {name: {**config["stages"].get(name, {}), "group": "omni"} for name in ("thinker", "talker", "code2wav")}
+    return {**config, "stages": stages}
 TARGETS = {
     "echo-voice": Target("echo-voice", {}),
     "tiny-omni": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="qwen2_5_omni"),
     "omni-7b-shaped": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint=SEVEN_B_SHAPED, real_shape=True),
+    "omni-7b-grouped": Target("qwen2_5_omni", grouped(SHORT_REPLIES), checkpoint=SEVEN_B_SHAPED, real_shape=True),
 }
 GPU_STAGES = {
     "thinker": {"dtype": "bfloat16", "kv_memory_mb": 8192},

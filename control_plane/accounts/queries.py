@@ -62,6 +62,15 @@ def quota_limits_for(*, user, api_key=None) -> list[QuotaLimit]:
     return limits
 
 
+def quota_limits_cached(*, user, api_key=None) -> list[QuotaLimit] | None:
+    """The limits `quota_limits_for` would return from its cache, or None when they must be read."""
+    ttl = float(getattr(settings, "ACCOUNTS_QUOTA_RULES_TTL_S", 5.0))
+    cached = _limits_cache.get((user.pk, getattr(api_key, "pk", None)))
+    if cached is None or time.monotonic() - cached[0] >= ttl:
+        return None
+    return cached[1]
+
+
 def quota_limits_forget(**kwargs) -> None:
     """Signal receiver (apps.py): a Quota row changed, cached limits are stale."""
     _limits_cache.clear()

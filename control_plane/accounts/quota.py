@@ -33,7 +33,7 @@ from django.conf import settings
 
 from control_plane.accounts import quota_scripts, redis_names
 from control_plane.accounts.models import WINDOW_SECONDS, Metric, Window
-from control_plane.accounts.queries import QuotaLimit, quota_limits_for
+from control_plane.accounts.queries import QuotaLimit, quota_limits_cached, quota_limits_for
 from control_plane.orm_threads import orm_in_thread
 
 ESTIMABLE_METRICS = frozenset(Metric.values) - {Metric.REQUESTS, Metric.CONCURRENT_REQUESTS}
@@ -173,11 +173,32 @@ def quota_renew(admission: Admission | str) -> int:
     return int(_run(quota_scripts.RENEW, [redis_names.admission(_id(admission))], args))
 
 
-# from async code: on a pooled thread, not the caller's thread-sensitive one (orm_threads.py)
-aquota_admit = orm_in_thread(quota_admit)
-aquota_settle = orm_in_thread(quota_settle)
-aquota_refund = orm_in_thread(quota_refund)
+# From async code: on a pooled thread, not the caller's thread-sensitive one (orm_threads.py).
+# A caller with no limits (known from the rules' cache) is admitted without a thread or a Redis
+# call, and its admission has nothing to settle.
+_admit_in_thread = orm_in_thread(quota_admit)
+_settle_in_thread = orm_in_thread(quota_settle)
+_refund_in_thread = orm_in_thread(quota_refund)
 aquota_release = orm_in_thread(quota_release)
+
+
+async def aquota_admit(*, user, api_key=None, estimate: Mapping[str, float] | None = None) -> Admission:
+    if quota_limits_cached(user=user, api_key=api_key) == []:
+        amounts = _validated_estimate(estimate or {})
+        return Admission(uuid.uuid4().hex, user.pk, getattr(api_key, "pk", None), amounts)
+    return await _admit_in_thread(user=user, api_key=api_key, estimate=estimate)
+
+
+async def aquota_settle(admission: Admission, actual: Mapping[str, float]) -> bool:
+    if not admission.states:  # admitted under no limit: no reservation, no slot, no counter
+        return False
+    return await _settle_in_thread(admission, actual)
+
+
+async def aquota_refund(admission: Admission) -> bool:
+    if not admission.states:
+        return False
+    return await _refund_in_thread(admission)
 aquota_renew = orm_in_thread(quota_renew)
 
 

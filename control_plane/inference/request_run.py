@@ -326,9 +326,11 @@ class RequestRun:
             return []
         outcome = self.outcome
         usage = self.usage()
-        artifacts = await sync_to_async(self._store_artifacts, thread_sensitive=False)(
-            outcome, audio_format, keep_audio, keep_media
-        )
+        artifacts = []
+        if self._has_files(outcome, keep_audio, keep_media):  # files are written on a thread
+            artifacts = await sync_to_async(self._store_artifacts, thread_sensitive=False)(
+                outcome, audio_format, keep_audio, keep_media
+            )
         closed = self._closed(Status.COMPLETED, 200, outcome.ending_reason, None, usage)
         await self._end([*artifacts, closed, self._usage_record(usage)])
         await self.charge.settle(usage)
@@ -426,6 +428,10 @@ class RequestRun:
             amounts=usage_entry(modality, **usage.record()),
             created_at=time.time(),
         )
+
+    def _has_files(self, outcome: Outcome, keep_audio: bool, keep_media: bool) -> bool:
+        audio_in = self.audio_in is not None and self.audio_in[0].size
+        return bool((keep_audio and outcome.audio is not None) or audio_in or (keep_media and outcome.media))
 
     def _store_artifacts(self, outcome: Outcome, audio_format: str, keep_audio: bool, keep_media: bool):
         """The files are written here (storage, no database); the history writer records them."""

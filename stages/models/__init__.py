@@ -14,7 +14,7 @@ A family is an object (usually a module-level `family = MyFamily()`) with:
 
 Drivers (the in-process orchestrator, the replica host) build engines with
 `load_stage_engine(...)`, which wraps the entry stage's engine so that `prepare_request`
-runs on `add_request`. Importing this module imports no torch: the registry holds
+runs off the step loop (stages/models/preparing_engine.py). Importing this module imports no torch: the registry holds
 "module:attr" strings resolved on first use.
 """
 
@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stages.engine import StageEngine
-from stages.errors import ConfigError, InvalidRequest, StageFailure
-from stages.protocol import StageOutput, StageRequest
+from stages.errors import ConfigError
+from stages.models.preparing_engine import PreparingEngine
+from stages.protocol import StageRequest
 
 if TYPE_CHECKING:
     from stages.config import PipelineConfig, StageDeployConfig
@@ -159,44 +160,3 @@ def load_stage_engine(
     if pipeline.entry_stage.name == stage_name and needs_preparing:
         return PreparingEngine(engine, family, model_dir, stage_deploy)
     return engine
-
-
-class PreparingEngine(StageEngine):
-    """Runs the family's entry-stage input processing before the engine sees a request."""
-
-    def __init__(
-        self, engine: StageEngine, family: ModelFamily, model_dir: str | Path, stage_deploy: StageDeployConfig
-    ):
-        self.engine = engine
-        self.family = family
-        self.model_dir = model_dir
-        self.stage_deploy = stage_deploy
-
-    def add_request(self, request: StageRequest) -> None:
-        try:
-            prepared = self.family.prepare_request(request, self.model_dir, self.stage_deploy)
-        except StageFailure:
-            raise
-        except Exception as error:  # a bad template input fails this request only
-            raise InvalidRequest("messages", f"could not prepare the prompt: {error}") from error
-        self.engine.add_request(prepared)
-
-    def add_chunk(self, request: StageRequest) -> None:
-        self.engine.add_chunk(request)
-
-    def step(self) -> list[StageOutput]:
-        return self.engine.step()
-
-    def abort(self, request_id: str) -> None:
-        self.engine.abort(request_id)
-
-    def has_unfinished(self) -> bool:
-        return self.engine.has_unfinished()
-
-    def shutdown(self) -> None:
-        self.engine.shutdown()
-
-    def __getattr__(self, name: str):
-        if name == "engine":
-            raise AttributeError(name)
-        return getattr(self.engine, name)
