@@ -37,6 +37,14 @@ def unit_of(engine) -> str:
     return getattr(inner_engine(engine), "unit", "outputs")
 
 
+def clear_step_stats(engine) -> None:
+    """Before a step: a wrapper may return without stepping its engine (nothing to step yet), and
+    that engine's account of its previous step must not be counted again."""
+    inner = inner_engine(engine)
+    if isinstance(getattr(inner, "last_step", None), StepStats):
+        inner.last_step = StepStats()
+
+
 def step_stats(engine, outputs: list[StageOutput]) -> StepStats:
     """The engine's own account of its last step, else one from its outputs (each request with an
     output counts in the batch; the units are its tokens, or one per output)."""

@@ -64,7 +64,7 @@ import redis
 from stages import streams
 from stages.connectors import Connectors
 from stages.engine import StageEngine
-from stages.engine_stats import capacity_of, step_stats, unit_of
+from stages.engine_stats import capacity_of, clear_step_stats, step_stats, unit_of
 from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
 from stages.replica_stats import StageStats
@@ -335,6 +335,7 @@ class ReplicaHost:
         self.engine.abort(request_id)
 
     def _step(self) -> None:
+        clear_step_stats(self.engine)
         began = time.perf_counter()
         try:
             outputs = self.engine.step()

@@ -12,7 +12,7 @@ from procs import wait_for
 from replica_testing import echo_spec, finished_output, forget, heartbeat, send_request, start_host, unique
 from replica_testing import wait_state as replica_state
 
-from stages.engine_stats import StepStats, capacity_of, inner_engine, step_stats, unit_of
+from stages.engine_stats import StepStats, capacity_of, clear_step_stats, inner_engine, step_stats, unit_of
 from stages.protocol import ReplicaSpec, StageOutput, StageRequest
 from stages.replica_stats import BATCH_BOUNDS, Capacity, Histogram
 from workers.device_usage import CpuClock, DeviceReader, device_usage
@@ -84,6 +84,8 @@ def test_engine_stats_look_through_wrappers_and_fall_back_on_the_outputs():
     assert isinstance(inner_engine(wrapped), Stepping) and unit_of(wrapped) == "frames"
     assert step_stats(wrapped, []) == StepStats(batch=2, units=8)
     assert capacity_of(wrapped) == Capacity(kind="slots", used=2, total=4)
+    clear_step_stats(wrapped)  # the wrapper may return without stepping it: nothing is counted twice
+    assert step_stats(wrapped, []) == StepStats()
 
     plain = object()
     outputs = [
