@@ -14,6 +14,7 @@ from console.views import (
     playgrounds,
     voice,
 )
+from console.views.deployment_charts import deployment_charts_data
 
 app_name = "console"
 urlpatterns = [
@@ -28,6 +29,7 @@ urlpatterns = [
     path("deployments/panel/", deployments.deployments_panel, name="deployments-panel"),
     path("deployments/<slug:name>/", deployments.deployment_detail, name="deployment"),
     path("deployments/<slug:name>/panel/", deployments.deployment_panel, name="deployment-panel"),
+    path("deployments/<slug:name>/charts/", deployment_charts_data, name="deployment-charts"),
     path("deployments/<slug:name>/scale/", deployments.deployment_scale_view, name="deployment-scale"),
     path("deployments/<slug:name>/stop/", deployments.deployment_stop_view, name="deployment-stop"),
     path("deployments/<slug:name>/start/", deployments.deployment_start_view, name="deployment-start"),

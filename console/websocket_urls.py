@@ -2,8 +2,10 @@
 
 from django.urls import path
 
+from console.consumers.models import ModelsConsumer
 from console.consumers.playground import PlaygroundConsumer
 
 websocket_urlpatterns = [
     path("ws/console/playground/", PlaygroundConsumer.as_asgi()),
+    path("ws/console/models/", ModelsConsumer.as_asgi()),
 ]

@@ -115,6 +115,9 @@ class StageRequest(msgspec.Struct, kw_only=True):
     group_sampling: dict[str, SamplingParams] = {}
     """For the entry stage of a stage group (seq 0): the request's sampling of the group's other
     stages, by stage name (the group's host hands them their inputs itself)."""
+    trace: str = ""
+    """The request's trace context, a W3C traceparent (stages.tracing): from the web process in a
+    Submit, from the orchestrator's span in what it sends to a stage."""
 
 
 class StageOutput(msgspec.Struct, kw_only=True):

@@ -28,7 +28,8 @@ def test_layering_contracts_hold():
 
 # What the control plane and the console may use of the engine library: configuration, the wire
 # protocol, the streams' names, the in-process orchestrator core and the torch-free request
-# bounds (audio cap, context truncation). A new entry is a decision.
+# bounds (audio cap, context truncation), a checkpoint's provenance file (plain JSON, which the
+# registry writes for a model it imports), and the request traces. A new entry is a decision.
 CONTROL_PLANE_USES_OF_STAGES = {
     "stages.audio_cap",
     "stages.config",
@@ -38,8 +39,10 @@ CONTROL_PLANE_USES_OF_STAGES = {
     "stages.heartbeat",
     "stages.orchestrator",
     "stages.protocol",
+    "stages.provenance",
     "stages.resampling",
     "stages.streams",
+    "stages.tracing",
 }
 
 

@@ -77,6 +77,7 @@ from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
 from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
 from workers.replica_status import StatusReporter, heartbeat_interval_s, heartbeat_ttl_s
+from workers.request_spans import RequestSpans
 from workers.seen_entries import SeenEntries
 from workers.step_meter import StepMeter
 
@@ -142,6 +143,7 @@ class ReplicaHost:
         self.routes = PayloadRoutes(client, spec, host)
         self.aborted = AbortedRequests(client)
         self.dropped = DroppedInputs(spec.replica_id)
+        self.spans = RequestSpans(spec, host)
         self._last_ended_check = 0.0
         self.connector_preference = spec.stage_deploy.get("connector", "auto")
         self.reporter = StatusReporter(
@@ -328,8 +330,10 @@ class ReplicaHost:
             return
         self.engine.add_request(request)
         self.running[request.request_id] = _Running(stage_id=request.stage_id)
+        self.spans.started(request)
 
     def _abort(self, request_id: str) -> None:
+        self.spans.ended(request_id, "aborted")
         self.seen.close(request_id)
         self.running.pop(request_id, None)
         self.engine.abort(request_id)
@@ -347,9 +351,11 @@ class ReplicaHost:
             self.meter.step(time.perf_counter() - began, stats.batch, stats.units)
         for output in outputs:
             running = self.running.get(output.request_id)
+            ended = running is not None and self._ended(output)
+            self.spans.output(output, ended=ended)
             if running is not None:
                 running.next_seq = max(running.next_seq, output.seq + 1)
-                if self._ended(output):
+                if ended:
                     del self.running[output.request_id]
         self._outbox += outputs
         self._idle_steps = 0 if outputs else self._idle_steps + 1
@@ -373,6 +379,7 @@ class ReplicaHost:
 
     def _fail(self, request_id: str, stage_id: int, error: StageError) -> None:
         """End one request with an error output (numbered after its last output)."""
+        self.spans.ended(request_id, error.message)
         self.seen.close(request_id)
         running = self.running.pop(request_id, None)
         if running is not None:

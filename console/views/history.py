@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404
 from console.access import signed_in, user_is_admin
 from console.history import ROUTE_CHOICES, STATUSES, HistoryFilters, history_get, history_search, input_text
 from console.pages import render_page
+from console.request_timeline import request_timeline
 
 PAGE_SIZE = 50
 
@@ -45,6 +46,7 @@ def history_detail(request, request_id: str):
     stage_rows = [{"stage": name, **values} for name, values in (row.stage_metrics or {}).items()]
     context = {"row": row, "artifacts": row.artifacts.all(), "stage_rows": stage_rows, "input_text": input_text(row)}
     context["show_users"] = user_is_admin(request.user)
+    context["timeline"] = request_timeline(row)
     return render_page(request, "console/history_detail.html", context, active="history")
 
 

@@ -59,7 +59,8 @@ class RowClosed(msgspec.Struct, kw_only=True, tag="close"):
     ttfp_s: float | None = None
     e2el_s: float | None = None
     rtf: float | None = None
-    stage_metrics: dict[str, dict[str, float]] = {}
+    stage_metrics: dict[str, dict[str, float | list[float]]] = {}
+    """Per stage: started_s, duration_s, first_output_s, outputs, and `output_marks_s` (a list)."""
 
 
 class ArtifactStored(msgspec.Struct, kw_only=True, tag="artifact"):
@@ -160,9 +161,11 @@ def row_closed(
     output_text: str = "",
     usage: dict[str, Any] | None = None,
     summary_metrics: dict[str, float] | None = None,
+    output_marks: dict[str, list[float]] | None = None,
 ) -> RowClosed:
     """How a request ended, with its timings from the orchestrator's RequestSummary.metrics
-    (see stages/orchestrator/metrics.py); E2EL from the row's start when the summary has none."""
+    (see stages/orchestrator/metrics.py); E2EL from the row's start when the summary has none.
+    `output_marks` (RequestSummary.output_marks) go with each stage's timings as `output_marks_s`."""
     now = time.time()
     metrics = summary_metrics or {}
     timings = {name: float(metrics[name]) for name in TIMINGS if name in metrics}
@@ -173,6 +176,9 @@ def row_closed(
         if key.startswith("stage."):
             _, name, measure = key.split(".", 2)
             stages.setdefault(name, {})[measure] = float(value)
+    for name, marks in (output_marks or {}).items():
+        if name in stages:
+            stages[name]["output_marks_s"] = [float(mark) for mark in marks]
     return RowClosed(
         row_id=row_id,
         status=status,

@@ -280,7 +280,8 @@ class RequestRun:
         await self._started()
         later_sampling = capped_later_sampling(self.served, request, later_sampling)
         messages = serve(str(self.served.deployment.id), request, later_sampling,
-                         idle_timeout_s=idle_timeout or idle_timeout_s(), client=client)  # fmt: skip
+                         idle_timeout_s=idle_timeout or idle_timeout_s(), client=client,
+                         parent_trace=self.caller.trace)  # fmt: skip
         deltas = Deltas(messages, outcome, client)
         await deltas.first()
         return deltas
@@ -413,6 +414,7 @@ class RequestRun:
             row_id=self.opened.id, started_at=self.opened.started_at, status=status, http_status=http_status,
             finish_reason=reason, error=error, output_text=outcome.text, usage=usage.history(),
             summary_metrics={**outcome.metrics, **self.metrics},
+            output_marks=outcome.summary.output_marks if outcome.summary else None,
         )  # fmt: skip
 
     def _usage_record(self, usage: Usage) -> UsageRecorded | None:

@@ -24,6 +24,8 @@ class Caller:
 
     user: object
     api_key: object | None = None
+    trace: str = ""
+    """The client's W3C `traceparent`, if it sent one: the request's trace continues it."""
 
 
 @dataclass(frozen=True)

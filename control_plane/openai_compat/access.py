@@ -13,4 +13,4 @@ async def authenticate(request) -> Caller:
     """The caller holding the inference scope; AccessDenied (401/403) otherwise."""
     user, api_key = await arequest_principal(request)
     check_access(user, api_key, INFERENCE)
-    return Caller(user, api_key)
+    return Caller(user, api_key, trace=request.headers.get("traceparent", "")[:100])

@@ -30,6 +30,7 @@ from control_plane.deployments.heartbeats import replica_statuses
 from control_plane.deployments.models import Deployment, Replica
 from control_plane.deployments.reconciler import reconcile, warmup_failed, warmup_succeeded
 from control_plane.orchestrator import wire
+from control_plane.orchestrator.spans import record_orchestrate_span
 from stages import streams
 from stages.config import load_deploy_config, load_pipeline_config
 from stages.orchestrator import (
@@ -306,6 +307,8 @@ class RedisOrchestrator:
                 if warming is not None:
                     self._warmup_result(action, warming)
                     continue
+                if isinstance(action, Complete | Fail):
+                    record_orchestrate_span(action)
                 if action.reply_to is None:
                     key = streams.request_output(action.request_id)
                     pipe.xadd(key, wire.client_message(action))

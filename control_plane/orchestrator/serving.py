@@ -21,6 +21,7 @@ import redis.asyncio
 
 from control_plane.orchestrator import wire
 from control_plane.orchestrator.replies import LOST, reader_for
+from control_plane.orchestrator.request_span import RequestSpan
 from control_plane.redis_client import get_async_redis
 from stages import streams
 from stages.orchestrator import Cancel, InputChunk, Submit
@@ -51,6 +52,7 @@ async def serve(
     *,
     idle_timeout_s: float = 60.0,
     client: redis.asyncio.Redis | None = None,
+    parent_trace: str = "",
 ) -> AsyncIterator[wire.ClientMessage]:
     """Submit and yield the request's client messages until it completes or fails.
 
@@ -58,7 +60,8 @@ async def serve(
     for many requests (one per event loop) and they share one Submit pipeline and one read.
     `idle_timeout_s` bounds the wait for the next message (the orchestrator's per-hop
     timeouts fire first; this guards against a dead orchestrator). Leaving the loop
-    early cancels the request.
+    early cancels the request. The request's trace (`request_span.py`) continues
+    `parent_trace`, the client's traceparent, when it is one.
     """
     own_client = client is None
     client = client or get_async_redis()
@@ -66,6 +69,7 @@ async def serve(
     queue = reader.register(request.request_id)
     ended = False
     seen: set[tuple[int, int]] = set()
+    span = RequestSpan(deployment_id, request, parent_trace)
     try:
         event = Submit(
             deployment_id=deployment_id,
@@ -91,10 +95,16 @@ async def serve(
             # the request ended on the platform's side: a consumer that stops at this message
             # (and closes the generator here) has nothing left to cancel
             ended = message.kind in ("complete", "fail")
+            if ended:
+                span.ending(message.kind, message.error.message if message.error else None)
             yield message
             if ended:
                 return
+    except ServingUnavailable as error:
+        span.ending("unavailable", str(error))
+        raise
     finally:
+        span.record()
         reader.unregister(request.request_id)
         if not ended:
             await _cancel_on_a_fresh_connection(client, request.request_id)

@@ -1,4 +1,5 @@
-"""REST for the model registry: list, import from a server path, read, delete (thin views over queries and services)."""
+"""REST for the model registry: list, import (a server path, a hub repository, an uploaded archive),
+read, delete (thin views over queries and services)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from control_plane.accounts.models import ApiKey
 from control_plane.accounts.permissions import is_admin
 from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments
 from control_plane.registry import queries
+from control_plane.registry.archive_import import model_import_archive
+from control_plane.registry.hub_import import model_import_hub
 from control_plane.registry.imports import ImportInvalid, model_import_local
 from control_plane.registry.models import Model
-from control_plane.registry.services import ModelInUse, model_delete
+from control_plane.registry.services import ModelImporting, ModelInUse, model_delete
 
 
 class ModelOutput(serializers.ModelSerializer):
@@ -33,6 +36,14 @@ class ModelOutput(serializers.ModelSerializer):
             "dtype",
             "source",
             "random_weights",
+            "status",
+            "status_reason",
+            "hub_repo",
+            "hub_revision",
+            "bytes_done",
+            "bytes_total",
+            "files_done",
+            "files_total",
             "created_by",
             "created_at",
             "updated_at",
@@ -47,11 +58,24 @@ def _check_admin(view, request) -> None:
 
 class ModelListApi(APIView):
     class ImportInput(serializers.Serializer):
-        path = serializers.CharField(max_length=1000, help_text="A checkpoint directory on the server.")
-        name = serializers.CharField(max_length=200, required=False, default="", help_text="Default: the folder name.")
-        mode = serializers.ChoiceField(
-            ["copy", "link"], default="copy", help_text="Copy the files or symlink the folder."
+        path = serializers.CharField(max_length=1000, required=False, help_text="A checkpoint directory on the server.")
+        hub = serializers.CharField(
+            max_length=200, required=False, help_text="A Hugging Face hub repository id: downloaded in the background."
         )
+        revision = serializers.CharField(max_length=200, required=False, default="main", help_text="With `hub`.")
+        archive = serializers.FileField(required=False, help_text="A tar or zip of a checkpoint directory (multipart).")
+        name = serializers.CharField(
+            max_length=200, required=False, default="", help_text="Default: the folder, repository or archive name."
+        )
+        mode = serializers.ChoiceField(
+            ["copy", "link"], default="copy", help_text="With `path`: copy the files or symlink the folder."
+        )
+
+        def validate(self, attrs):
+            given = [source for source in ("path", "hub", "archive") if attrs.get(source)]
+            if len(given) != 1:
+                raise ValidationError({"path": ["give one of path, hub or archive"]})
+            return attrs
 
     def get_permissions(self):
         return [CanWriteDeployments() if self.request.method == "POST" else CanReadDeployments()]
@@ -69,18 +93,21 @@ class ModelListApi(APIView):
         )
         return Response(ModelOutput(models, many=True).data)
 
-    @extend_schema(request=ImportInput, responses={201: ModelOutput})
+    @extend_schema(request=ImportInput, responses={201: ModelOutput, 202: ModelOutput})
     def post(self, request):
         _check_admin(self, request)
         data = self.ImportInput(data=request.data)
         data.is_valid(raise_exception=True)
+        given, name = data.validated_data, data.validated_data["name"]
         try:
-            model = model_import_local(
-                path=data.validated_data["path"],
-                name=data.validated_data["name"],
-                link=data.validated_data["mode"] == "link",
-                user=request.user,
-            )
+            if given.get("hub"):
+                model = model_import_hub(repo_id=given["hub"], revision=given["revision"], name=name, user=request.user)
+                return Response(ModelOutput(model).data, status=status.HTTP_202_ACCEPTED)
+            if given.get("archive"):
+                model = model_import_archive(upload=given["archive"], name=name, user=request.user)
+            else:
+                model = model_import_local(path=given["path"], name=name, link=given["mode"] == "link",
+                                           user=request.user)  # fmt: skip
         except ImportInvalid as error:
             raise ValidationError({error.field: [error.message]}) from None
         return Response(ModelOutput(model).data, status=status.HTTP_201_CREATED)
@@ -102,4 +129,6 @@ class ModelDetailApi(APIView):
             model_delete(model=model)
         except ModelInUse as error:
             return Response({"detail": str(error), "deployments": error.deployments}, status=status.HTTP_409_CONFLICT)
+        except ModelImporting as error:
+            return Response({"detail": str(error), "deployments": []}, status=status.HTTP_409_CONFLICT)
         return Response(status=status.HTTP_204_NO_CONTENT)

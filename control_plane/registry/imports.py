@@ -1,4 +1,5 @@
-"""Importing a checkpoint from a local path into the models folder, copied or linked."""
+"""Importing a checkpoint from a local path into the models folder, copied or linked (the hub and
+archives: hub_import.py, archive_import.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ class ImportInvalid(Exception):
         self.message = message
 
 
+def name_free(name: str) -> None:
+    """Raise ImportInvalid on `name` unless no model and no entry of the models folder has it."""
+    target = Path(settings.MODELS_DIR) / name
+    if target.exists() or target.is_symlink() or Model.objects.filter(name=name).exists():
+        raise ImportInvalid("name", f"a model named {name!r} exists already")
+
+
 def model_import_local(*, path: str, name: str = "", link: bool = False, user=None) -> Model:
     """Copy (or symlink) a checkpoint directory into the models folder and record it."""
     source = Path(path).expanduser()
@@ -36,9 +44,8 @@ def model_import_local(*, path: str, name: str = "", link: bool = False, user=No
     name = name or source.name
     if not NAME_PATTERN.match(name):
         raise ImportInvalid("name", "letters, digits, '.', '_' and '-' only (and not starting with '.', '_' or '-')")
+    name_free(name)
     target = Path(settings.MODELS_DIR) / name
-    if target.exists() or target.is_symlink() or Model.objects.filter(name=name).exists():
-        raise ImportInvalid("name", f"a model named {name!r} exists already")
     target.parent.mkdir(parents=True, exist_ok=True)
     if link:
         os.symlink(source.resolve(), target, target_is_directory=True)

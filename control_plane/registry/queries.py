@@ -40,3 +40,13 @@ def deployments_using(model: Model) -> list[str]:
         for name, model_dir in Deployment.objects.values_list("name", "model_dir")
         if model_dir == model.name or Path(model_dir).resolve() == target
     )
+
+
+IMPORT_FIELDS = ("name", "status", "status_reason", "bytes_done", "bytes_total", "files_done", "files_total")
+
+
+def model_imports(*, also: list[str] | tuple[str, ...] = ()) -> list[dict]:
+    """The imports under way or failed, and the models named in `also` (imports seen under way
+    earlier, to learn how they ended), as dicts of their status and progress."""
+    rows = Model.objects.filter(Q(status__in=[Model.Status.IMPORTING, Model.Status.FAILED]) | Q(name__in=list(also)))
+    return list(rows.values(*IMPORT_FIELDS))

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from control_plane.registry.models import Model
 from control_plane.registry.queries import deployments_using
+from control_plane.registry.staging import discard
 
 FIELDS = ("path", "family", "architecture", "size_bytes", "parameter_count", "dtype", "source", "random_weights")
 
@@ -32,10 +33,12 @@ class ModelInUse(Exception):
 
 @transaction.atomic
 def models_sync(found: list[dict]) -> SyncResult:
-    """Make the rows match the checkpoints found on disk (rows of vanished checkpoints are removed)."""
+    """Make the rows match the checkpoints found on disk (rows of vanished checkpoints are removed;
+    rows of imports under way or failed are not checkpoints yet and are left alone, until their
+    checkpoint appears, which makes them ready)."""
     created = updated = 0
     for item in found:
-        values = {field: item[field] for field in FIELDS}
+        values = {**{field: item[field] for field in FIELDS}, "status": Model.Status.READY, "status_reason": ""}
         model = Model.objects.filter(name=item["name"]).first()
         if model is None:
             Model.objects.create(name=item["name"], **values)
@@ -43,13 +46,26 @@ def models_sync(found: list[dict]) -> SyncResult:
         elif any(getattr(model, field) != value for field, value in values.items()):
             Model.objects.filter(pk=model.pk).update(**values)
             updated += 1
-    removed, _ = Model.objects.exclude(name__in=[item["name"] for item in found]).delete()
+    vanished = Model.objects.filter(status=Model.Status.READY).exclude(name__in=[item["name"] for item in found])
+    removed, _ = vanished.delete()
     return SyncResult(created=created, updated=updated, removed=removed)
 
 
+class ModelImporting(Exception):
+    def __init__(self, model: Model):
+        self.model = model
+        super().__init__(f"model {model.name!r} is being imported; delete it once the import ended")
+
+
 def model_delete(*, model: Model) -> None:
-    """Delete the row and its directory in the models folder (only the link, for a linked import);
-    refused while a deployment serves it."""
+    """Delete the row and its directory in the models folder (only the link, for a linked import),
+    or what a failed import left; refused while a deployment serves it or an import runs."""
+    if model.status == Model.Status.IMPORTING and not model.import_stalled:
+        raise ModelImporting(model)
+    if model.status != Model.Status.READY:
+        discard(model.name)
+        model.delete()
+        return
     users = deployments_using(model)
     if users:
         raise ModelInUse(model, users)

@@ -25,6 +25,7 @@ def default_body_limits(max_request_bytes: int) -> dict[str, int]:
     return {
         "": max_request_bytes,
         "/api/": 1 * MIB,
+        "/api/models/": max_request_bytes,  # checkpoint archives
         "/v1/": 1 * MIB,
         "/v1/chat/completions": max_request_bytes,
         "/v1/responses": max_request_bytes,

@@ -12,11 +12,14 @@ class RequestSummary(msgspec.Struct, kw_only=True):
 
     finish_reason: str | None = None
     metrics: dict[str, float] = {}
-    """ttft_s, tpot_s, ttfp_s, e2el_s, audio_s, rtf, and per stage `stage.<name>.duration_s` / `.first_output_s`."""
+    """ttft_s, tpot_s, ttfp_s, e2el_s, audio_s, rtf, and per stage `stage.<name>.started_s` (after
+    submission), `.duration_s`, `.first_output_s` (after its start) and `.outputs`."""
     usage: dict[str, int] = {}
     """prompt_tokens (what the entry stage read, when its engine says or the ids were given),
     completion_tokens, and `stage.<name>.output_tokens`."""
     attempts: int = 1
+    output_marks: dict[str, list[float]] = {}
+    """Per stage name: when its outputs with content came (a sample of at most 64), seconds after submission."""
 
 
 class Action(msgspec.Struct, kw_only=True, tag=True):
@@ -53,6 +56,9 @@ class Emit(ClientAction, kw_only=True):
 
 class Complete(ClientAction, kw_only=True):
     summary: RequestSummary
+    trace: str = ""
+    """The submitter's traceparent, and when the request was submitted: the driver's span."""
+    submitted_at: float | None = None
 
 
 class Fail(ClientAction, kw_only=True):
@@ -61,6 +67,8 @@ class Fail(ClientAction, kw_only=True):
 
     error: StageError
     summary: RequestSummary
+    trace: str = ""
+    submitted_at: float | None = None
 
 
 class Discard(Action, kw_only=True):

@@ -232,6 +232,7 @@ class Orchestrator:
             reply_to=event.reply_to,
             submitted_at=event.at,
             stages={stage.id: StageProgress(name=stage.name) for stage in deployment.pipeline.stages},
+            trace=event.request.trace,
         )
         for stage_id in unwanted:
             state.stages[stage_id].finished = True  # never sent anything: forwarding and completion pass it by
@@ -242,7 +243,7 @@ class Orchestrator:
     def _start_entry(self, state: RequestState, at: float) -> list[Action]:
         entry_id = self._deployment(state).entry_id
         first = msgspec.structs.replace(
-            state.entry, request_id=state.wire_id, stage_id=entry_id, seq=0, arrival_time=at
+            state.entry, request_id=state.wire_id, stage_id=entry_id, seq=0, arrival_time=at, trace=state.stage_trace
         )
         actions = self._send(state, entry_id, first, at)
         for chunk in state.entry_chunks:
@@ -394,6 +395,7 @@ class Orchestrator:
         progress.last_activity = at
         if has_content(output):
             progress.output_tokens += len(output.token_ids)
+            progress.mark_output(at - state.submitted_at)
             if progress.first_output_at is None:
                 progress.first_output_at = at
         if stage.output == "text" and (output.text or output.token_ids):
@@ -441,6 +443,7 @@ class Orchestrator:
             sampling=self._sampling_for(state, graph.stage[target]),
             base_params=state.entry.params,
             at=at,
+            trace=state.stage_trace if receiver.sent_seq == 0 else "",  # the stage span starts with its first input
         )
         return self._send(state, target, request, at)
 
@@ -470,7 +473,15 @@ class Orchestrator:
 
     def _complete(self, state: RequestState, at: float) -> list[Action]:
         actions: list[Action] = self._abort_running(state) + discard(undelivered_handles(state))
-        actions.append(Complete(request_id=state.request_id, reply_to=state.reply_to, summary=summarize(state, at)))
+        actions.append(
+            Complete(
+                request_id=state.request_id,
+                reply_to=state.reply_to,
+                summary=summarize(state, at),
+                trace=state.trace,
+                submitted_at=state.submitted_at,
+            )
+        )
         self._end(state)
         return actions
 
@@ -480,7 +491,14 @@ class Orchestrator:
             "abort" if error.type == "cancelled" else "timeout" if error.type == "timeout_error" else "error"
         )
         actions.append(
-            Fail(request_id=state.request_id, reply_to=state.reply_to, error=error, summary=summarize(state, at))
+            Fail(
+                request_id=state.request_id,
+                reply_to=state.reply_to,
+                error=error,
+                summary=summarize(state, at),
+                trace=state.trace,
+                submitted_at=state.submitted_at,
+            )
         )
         self._end(state)
         return actions

@@ -29,6 +29,7 @@ def build_stage_request(
     sampling: SamplingParams | None,
     base_params: dict[str, Any],
     at: float,
+    trace: str = "",
 ) -> StageRequest:
     params: dict[str, Any] = dict(base_params) if seq == 0 else {}
     for output in outputs:
@@ -48,6 +49,7 @@ def build_stage_request(
         sampling=sampling if seq == 0 else None,
         params=params,
         arrival_time=at,
+        trace=trace,
     )
 
 

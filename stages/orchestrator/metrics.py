@@ -4,8 +4,9 @@ Queue: submit -> the request's first stage placed on a replica (the orchestrator
 one; its wait in the replica's input stream is the replica's `omnistage_stage_queue_seconds`).
 TTFT: submit -> first client-visible text. TPOT: mean gap between text tokens after the
 first. TTFP: submit -> first audio packet. E2EL: submit -> completion. RTF: E2EL over the
-seconds of audio produced. Per stage: time from its first input to its finish, and to its
-first output.
+seconds of audio produced. Per stage: when it started (after submission), time from its first
+input to its finish and to its first output, how many outputs with content it sent, and when some
+of them came (the request's timeline in the console draws them).
 """
 
 from __future__ import annotations
@@ -36,11 +37,18 @@ def summarize(state: RequestState, ended_at: float) -> RequestSummary:
         usage["prompt_tokens"] = len(state.entry.prompt_token_ids)
     if state.text_tokens:
         usage["completion_tokens"] = state.text_tokens
+    marks: dict[str, list[float]] = {}
     for progress in state.stages.values():
         prefix = f"stage.{progress.name}"
         if progress.started_at is not None:
+            metrics[f"{prefix}.started_s"] = progress.started_at - state.submitted_at
             metrics[f"{prefix}.duration_s"] = (progress.finished_at or ended_at) - progress.started_at
+            metrics[f"{prefix}.outputs"] = float(progress.outputs)
             if progress.first_output_at is not None:
                 metrics[f"{prefix}.first_output_s"] = progress.first_output_at - progress.started_at
+            if progress.output_marks:
+                marks[progress.name] = list(progress.output_marks)
         usage[f"{prefix}.output_tokens"] = progress.output_tokens
-    return RequestSummary(finish_reason=state.finish_reason, metrics=metrics, usage=usage, attempts=state.attempt + 1)
+    return RequestSummary(
+        finish_reason=state.finish_reason, metrics=metrics, usage=usage, attempts=state.attempt + 1, output_marks=marks
+    )

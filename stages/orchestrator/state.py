@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import msgspec
 
+from stages import tracing
 from stages.protocol import SamplingParams, StageOutput, StageRequest
 
 ATTEMPT_SEPARATOR = "~r"
+MAX_OUTPUT_MARKS = 64
 
 
 def wire_id(request_id: str, attempt: int) -> str:
@@ -53,10 +55,26 @@ class StageProgress(msgspec.Struct, kw_only=True):
     finished_at: float | None = None
     last_activity: float = 0.0
     output_tokens: int = 0
+    outputs: int = 0
+    """Outputs with content (a chunk, a delta) received from this stage."""
+    output_marks: list[float] = []
+    """When some of those outputs came, seconds after the request's submission: every
+    `mark_every`-th one, so that at most MAX_OUTPUT_MARKS are kept whatever the length."""
+    mark_every: int = 1
 
     @property
     def running(self) -> bool:
         return self.replica_id is not None and not self.finished
+
+    def mark_output(self, since_submit: float) -> None:
+        """Count an output with content; keep its time if it falls on the marking stride (the
+        marks are halved, and the stride doubled, whenever they would exceed MAX_OUTPUT_MARKS)."""
+        if self.outputs % self.mark_every == 0:
+            self.output_marks.append(round(since_submit, 4))
+            if len(self.output_marks) > MAX_OUTPUT_MARKS:
+                self.output_marks = self.output_marks[::2]
+                self.mark_every *= 2
+        self.outputs += 1
 
 
 class RequestState(msgspec.Struct, kw_only=True):
@@ -81,6 +99,13 @@ class RequestState(msgspec.Struct, kw_only=True):
     first_audio_at: float | None = None
     audio_seconds: float = 0.0
     finish_reason: str | None = None
+    trace: str = ""
+    """The submitter's traceparent (stages.tracing); stages get the orchestrator's span under it."""
+
+    @property
+    def stage_trace(self) -> str:
+        """The traceparent the request's stage requests carry: the orchestrator's span."""
+        return tracing.child(self.trace, tracing.ORCHESTRATE) if self.trace else ""
 
     @property
     def wire_id(self) -> str:
