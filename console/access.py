@@ -61,6 +61,7 @@ def navigation(request) -> dict:
     items = [
         ("dashboard", "Dashboard", reverse("console:dashboard")),
         ("deployments", "Deployments", reverse("console:deployments")),
+        ("devices", "Devices", reverse("console:devices")),
         ("catalog", "Catalog", reverse("console:catalog")),
         ("models", "Models", reverse("console:models")),
         ("chat", "Chat", reverse("console:playground", args=["chat"])),

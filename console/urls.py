@@ -1,7 +1,19 @@
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import path, re_path
 
-from console.views import audit, auth, catalog, dashboard, deployments, history, keys, models, playgrounds, voice
+from console.views import (
+    audit,
+    auth,
+    catalog,
+    dashboard,
+    deployments,
+    devices,
+    history,
+    keys,
+    models,
+    playgrounds,
+    voice,
+)
 from console.views import revisions as revision_views
 from console.views.deployment_charts import deployment_charts_data
 
@@ -25,6 +37,8 @@ urlpatterns = [
     path("deployments/<slug:name>/delete/", deployments.deployment_delete_view, name="deployment-delete"),
     path("deployments/<slug:name>/edit/", revision_views.deployment_edit, name="deployment-edit"),
     path("deployments/<slug:name>/rollback/", revision_views.deployment_rollback_view, name="deployment-rollback"),
+    path("devices/", devices.devices, name="devices"),
+    path("devices/panel/", devices.devices_panel, name="devices-panel"),
     path("playground/voice/", voice.voice_playground, name="voice"),
     path("playground/voice/code/", voice.voice_code, name="voice-code"),
     path("playground/video/api-jobs/", playgrounds.video_api_jobs, name="video-api-jobs"),

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from stages.replica_stats import DeviceUsage, StageStats
+
 Modality = Literal["text", "tokens", "hidden", "codes", "audio", "image", "video", "embeddings", "kv"]
 FinishReason = Literal["stop", "length", "abort", "error", "timeout"]
 
@@ -226,3 +228,8 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     dropped_inputs: int = 0
     """Inputs dropped unprocessed since the host started: of requests that had ended (aborted,
     failed, finished) or that it had already taken (redeliveries)."""
+    phase: str = ""
+    """While LOADING: what the host is doing (importing, loading weights, warming up)."""
+    stats: StageStats | None = None
+    """Steps, batches, throughput, queue waits and cache use since the host started."""
+    device_usage: DeviceUsage | None = None

@@ -1,16 +1,20 @@
-"""Each Celery worker announces the pools (queues) it serves and the devices it has, and
-sweeps the shared-memory payloads nobody collected on its host."""
+"""Each Celery worker announces the pools (queues) it serves and the devices it has, with each
+device's memory and utilisation as far as it can read them without torch (the machine's memory
+for `cpu`, NVML for GPUs when `pynvml` is importable), and sweeps the shared-memory payloads
+nobody collected on its host."""
 
 from __future__ import annotations
 
 import os
 import socket
 
+import msgspec
 import redis
 from celery.signals import worker_ready, worker_shutdown
 
 from stages import streams
 from stages.heartbeat import Heartbeat
+from workers.device_usage import device_usage
 from workers.shm_sweeper import ShmSweeper
 
 _heartbeats: list[Heartbeat] = []
@@ -36,6 +40,11 @@ def local_devices() -> list[str]:
     return devices
 
 
+def devices_usage(devices: list[str]) -> list[dict]:
+    """Memory (and utilisation) of each device, as `stages.replica_stats.DeviceUsage` dicts."""
+    return [msgspec.to_builtins(device_usage(device)) for device in devices]
+
+
 @worker_ready.connect
 def start_pool_heartbeats(sender, **kwargs) -> None:
     hostname = getattr(sender, "hostname", None) or socket.gethostname()
@@ -45,13 +54,14 @@ def start_pool_heartbeats(sender, **kwargs) -> None:
     ttl = float(os.environ.get("OMNISTAGE_HEARTBEAT_TTL", "10"))
     devices = local_devices()
     for pool in pools:
-        payload = {"pool": pool, "hostname": hostname, "pid": os.getpid(), "devices": devices}
+        payload = {"pool": pool, "hostname": hostname, "host": socket.gethostname(), "pid": os.getpid(),
+                   "devices": devices}  # fmt: skip
         beat = Heartbeat(
             client,
             streams.pool_heartbeat(pool, hostname),
             interval_s=interval,
             ttl_s=ttl,
-            payload=lambda payload=payload: payload,
+            payload=lambda payload=payload: {**payload, "usage": devices_usage(payload["devices"])},
         )
         beat.beat()
         _heartbeats.append(beat.start())

@@ -9,6 +9,7 @@ longer to the first audio packet).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import msgspec
 
@@ -43,15 +44,26 @@ def replica_threads(stage_deploy: StageDeployConfig) -> int:
     return int(value)
 
 
-def load_replica_engine(spec: ReplicaSpec) -> StageEngine:
-    """The family's engine for the spec's stage; the entry stage also runs the family's input processing."""
+def load_replica_engine(spec: ReplicaSpec, progress: Callable[[float, str], None] | None = None) -> StageEngine:
+    """The family's engine for the spec's stage; the entry stage also runs the family's input processing.
+    `progress(fraction, phase)` hears the loading phases (imports, then the weights and the engine)."""
+    progress = progress or _silent
+    progress(0.1, "importing torch")
     import torch
 
     stage_deploy = stage_deploy_of(spec)
     torch.set_num_threads(replica_threads(stage_deploy))
+    progress(0.3, "importing the model family")
     family = get_family(spec.family)
     pipeline = load_pipeline_config(spec.pipeline) if spec.pipeline else family.pipeline
     if spec.stage not in {stage.name for stage in pipeline.stages}:
         names = sorted(stage.name for stage in pipeline.stages)
         raise ConfigError("stage", f"pipeline {pipeline.name!r} has no stage {spec.stage!r} (has {names})")
-    return load_stage_engine(family, spec.stage, spec.model_dir, stage_deploy, pipeline)
+    progress(0.5, "loading weights and building the engine")
+    engine = load_stage_engine(family, spec.stage, spec.model_dir, stage_deploy, pipeline)
+    progress(0.95, "engine loaded")
+    return engine
+
+
+def _silent(fraction: float, phase: str) -> None:
+    pass

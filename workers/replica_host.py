@@ -14,7 +14,9 @@ next stage, runs only on this host (`workers.payload_routes`), else through Redi
 a TTL; small ones inline. Shared-memory segments this host reads are freed once the input
 that carried them is acknowledged; a segment written on another host is asked of its
 writer (`workers.foreign_payloads`), and this host answers such `export` entries, and
-`release` entries for segments nobody will read. Transfer totals go out with the heartbeat.
+`release` entries for segments nobody will read. Transfer totals, the stage's step measurements
+(`workers.step_meter`) and its device's memory (`workers.device_usage`) go out with the heartbeat;
+while it loads, the heartbeat names the loading phase.
 
 Dead work: before taking a read's inputs, and every ENDED_CHECK_S while requests run, the
 host asks which of their requests the orchestrator has ended (`streams.aborted_requests`):
@@ -66,17 +68,22 @@ import redis
 from stages import streams
 from stages.connectors import Connectors
 from stages.engine import StageEngine
+from stages.engine_stats import capacity_of, clear_step_stats, step_stats, unit_of
 from stages.errors import ConfigError, StageFailure
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
+from stages.replica_stats import StageStats
+from workers.device_pinning import local_device
+from workers.device_usage import DeviceReader
 from workers.dropped_inputs import AbortedRequests, DroppedInputs
 from workers.foreign_payloads import ForeignPayloads
 from workers.log_stream import publish_logs
 from workers.parent_watch import PARENT_GONE_EXIT_CODE, ParentWatch
 from workers.payload_routes import PayloadRoutes
 from workers.replica_input import BadEntry, InputEntry, ReplicaInput
-from workers.replica_status import StatusReporter, heartbeat_ttl_s
+from workers.replica_status import StatusReporter, heartbeat_interval_s, heartbeat_ttl_s
 from workers.request_spans import RequestSpans
 from workers.seen_entries import SeenEntries
+from workers.step_meter import StepMeter
 
 log = logging.getLogger("workers.replica_host")
 
@@ -123,7 +130,7 @@ class ReplicaHost:
     ):
         self.spec = spec
         self.client = client
-        self.build_engine = build_engine or _load_engine
+        self.build_engine = build_engine or (lambda spec: _load_engine(spec, self.reporter.set_progress))
         self.drains_after_ms = drains_after_ms
         self.input = ReplicaInput(client, spec.replica_id)
         self.output_stream = streams.deployment_output(spec.deployment_id)
@@ -150,8 +157,14 @@ class ReplicaHost:
             running=lambda: len(self.running),
             transfers=self.connectors.stats,
             dropped_inputs=lambda: self.dropped.total,
+            stats=self._stage_stats,
+            device_usage=lambda: self.device_reader.latest,
         )
         self.seen = SeenEntries()
+        self.meter = StepMeter()
+        named = spec.device or spec.stage_deploy.get("device") or "cpu"
+        here = local_device(named, os.environ)
+        self.device_reader = DeviceReader(here, named, heartbeat_interval_s(), driver=not spec.members)
         self.engine: StageEngine | None = None
         self.stop_requested = threading.Event()
         self.watch = ParentWatch(parent_pid, on_timeout=self._report_parent_gone) if parent_pid else None
@@ -180,9 +193,14 @@ class ReplicaHost:
                 self.watch.stop()
             self.reporter.stop()
 
+    def _stage_stats(self) -> StageStats | None:
+        return self.meter.snapshot(capacity_of(self.engine)) if self.engine is not None else None
+
     def _load_and_serve(self) -> int:
         try:
+            self.reporter.set_progress(0.0, "starting")
             self.engine = self.build_engine(self.spec)
+            self.meter.set_unit(unit_of(self.engine))
         except Exception as error:
             log.exception("replica %s: loading the engine failed", self.spec.replica_id)
             self.reporter.set_state("ERROR", error=f"loading failed: {last_line(error)}",
@@ -228,6 +246,7 @@ class ReplicaHost:
                 else:
                     self._idle_steps = 0
                 self._flush()
+                self.device_reader.refresh()  # between steps: no CUDA graph is being captured now
             except (redis.ConnectionError, redis.TimeoutError) as failure:
                 log.warning("replica %s: Redis unavailable (%s); retrying", self.spec.replica_id, failure)
                 time.sleep(REDIS_RETRY_S)
@@ -267,6 +286,8 @@ class ReplicaHost:
     def _apply(self, entry: InputEntry) -> None:
         message = entry.message
         if isinstance(message, StageRequest):
+            if message.seq == 0:
+                self.meter.queued(time.time() - entry.time_ms / 1000)
             self._take_request(message)
         elif isinstance(message, Abort):
             self._abort(message.request_id)
@@ -324,11 +345,16 @@ class ReplicaHost:
         self.engine.abort(request_id)
 
     def _step(self) -> None:
+        clear_step_stats(self.engine)
+        began = time.perf_counter()
         try:
             outputs = self.engine.step()
         except Exception as exception:
             self._step_failed(exception)
             return
+        stats = step_stats(self.engine, outputs)
+        if stats.batch or outputs:  # a step that only waited for input chunks is no step
+            self.meter.step(time.perf_counter() - began, stats.batch, stats.units)
         for output in outputs:
             running = self.running.get(output.request_id)
             ended = running is not None and self._ended(output)
@@ -463,10 +489,10 @@ class ReplicaHost:
         self.reporter.stop()
 
 
-def _load_engine(spec: ReplicaSpec) -> StageEngine:
+def _load_engine(spec: ReplicaSpec, progress: Callable[[float, str], None] | None = None) -> StageEngine:
     from workers.replica_engine import load_replica_engine  # heavy: imports the family's modules
 
-    return load_replica_engine(spec)
+    return load_replica_engine(spec, progress=progress)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

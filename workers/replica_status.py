@@ -24,6 +24,7 @@ import redis
 from stages import streams
 from stages.heartbeat import Heartbeat
 from stages.protocol import ReplicaSpec, ReplicaState, ReplicaStatus, encode
+from stages.replica_stats import DeviceUsage, StageStats
 from workers.processes import is_replica_host
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class StatusReporter:
         running: Callable[[], int] = lambda: 0,
         transfers: Callable[[], dict] = dict,
         dropped_inputs: Callable[[], int] = lambda: 0,
+        stats: Callable[[], StageStats | None] = lambda: None,
+        device_usage: Callable[[], DeviceUsage | None] = lambda: None,
         interval_s: float | None = None,
         ttl_s: float | None = None,
     ):
@@ -83,6 +86,8 @@ class StatusReporter:
         self.running = running
         self.transfers = transfers
         self.dropped_inputs = dropped_inputs
+        self.stats = stats
+        self.device_usage = device_usage
         self.index = streams.deployment_replicas(spec.deployment_id)
         self.ttl_s = ttl_s if ttl_s is not None else heartbeat_ttl_s()
         self.status = ReplicaStatus(
@@ -130,6 +135,8 @@ class StatusReporter:
         with self._lock:
             changed = state != self.status.state
             self.status.state = state
+            if state != "LOADING":
+                self.status.phase = ""
             if progress is not None:
                 self.status.progress = progress
             if error is not None:
@@ -140,9 +147,11 @@ class StatusReporter:
         if changed:
             self.publish()
 
-    def set_progress(self, progress: float) -> None:
+    def set_progress(self, progress: float, phase: str | None = None) -> None:
         with self._lock:
             self.status.progress = progress
+            if phase is not None:
+                self.status.phase = phase
         self._beat_now()
 
     def publish(self) -> None:
@@ -194,5 +203,16 @@ class StatusReporter:
             self.status.running = self.running()
             self.status.transfers = self.transfers()
             self.status.dropped_inputs = self.dropped_inputs()
+            self.status.stats = _quietly(self.stats)
+            self.status.device_usage = _quietly(self.device_usage)
             self.status.ts = time.time()
             return msgspec.to_builtins(self.status)
+
+
+def _quietly(read: Callable[[], object]):
+    """A measurement for the heartbeat, or None when taking it failed (the beat still goes out)."""
+    try:
+        return read()
+    except Exception:  # noqa: BLE001
+        log.debug("a heartbeat measurement failed", exc_info=True)
+        return None

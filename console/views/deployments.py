@@ -6,6 +6,7 @@ from django.views.decorators.http import require_POST
 from console.access import can_deploy, can_manage_deployment, manages_deployment, signed_in
 from console.deployment_rows import deployment_row
 from console.graph import stage_graph
+from console.load_phases import with_load_phases
 from console.pages import render_page
 from console.replica_logs import replica_log_tails
 from console.scaling import scaling_notices, scaling_requested
@@ -36,6 +37,7 @@ def _context(request, deployment) -> dict:
     replicas: dict[str, list] = {}
     for replica in deployment.replicas.all():
         replicas.setdefault(replica.stage, []).append(replica)
+    with_load_phases(replica for stage_replicas in replicas.values() for replica in stage_replicas)
     config = pipeline_config_of(deployment.pipeline)
     stage_config = deployment.deploy_config.get("stages", {})
     stages = [

@@ -8,12 +8,20 @@ prometheus_client's exposition format at GET /metrics.
 - omnistage_time_to_first_packet_seconds{deployment, route}         histogram (TTFP, audio)
 - omnistage_time_per_output_token_seconds{deployment, route}        histogram (TPOT)
 - omnistage_queue_seconds{deployment, route}                        histogram
+- omnistage_audio_real_time_factor{deployment, route}                histogram (RTF: E2EL over the
+                                                                     seconds of audio produced)
+- omnistage_stage_first_output_seconds{deployment, stage}            histogram: a stage's first input
+                                                                     to its first output, per request
+- omnistage_stage_duration_seconds{deployment, stage}                histogram: a stage's first input
+                                                                     to its finish, per request
 - omnistage_history_pending                                          gauge: requests whose history
                                                                      the writer has not written yet
 
 Counters are written when a request's history row is closed in the database (history_apply.py:
 once per request, by whoever writes it first).
-Connector transfers per replica come from the replica rows (control_plane.deployments.metrics).
+Connector transfers per replica come from the replica rows (control_plane.deployments.metrics);
+replica states, stage steps, queues and devices from the replicas' heartbeats
+(control_plane.deployments.metrics_replicas). docs/operations.md lists every series.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from control_plane.deployments.metrics import ConnectorCollector
+from control_plane.deployments.metrics_replicas import ReplicaCollector
 from control_plane.inference.metrics_access import metrics_refusal
 from control_plane.inference.redis_names import pending_all
 from control_plane.redis_client import get_redis, shared_redis
@@ -39,7 +48,12 @@ HISTOGRAMS = {
     "time_to_first_token_seconds": ("ttft_s", False, "Time from submission to the first text token."),
     "time_to_first_packet_seconds": ("ttfp_s", False, "Time from submission to the first audio packet."),
     "time_per_output_token_seconds": ("tpot_s", False, "Mean time between text tokens after the first."),
-    "queue_seconds": ("queue_s", False, "Time a request waited before its first stage started."),
+    "queue_seconds": ("queue_s", False, "Time a request waited for a replica of its first stage."),
+    "audio_real_time_factor": ("rtf", False, "End-to-end latency over the seconds of audio produced (RTF)."),
+}
+STAGE_HISTOGRAMS = {
+    "stage_first_output_seconds": ("first_output_s", "Time from a stage's first input to its first output."),
+    "stage_duration_seconds": ("duration_s", "Time from a stage's first input to its finish."),
 }
 _SEP = "\x1f"
 
@@ -60,14 +74,21 @@ def observe(row) -> None:
         if value is None:
             continue
         labels = (deployment, route, status) if by_status else (deployment, route)
-        base = _SEP.join(labels)
-        key = _key(name)
-        for bound in BUCKETS:
-            if value <= bound:
-                pipe.hincrby(key, f"{base}{_SEP}le={_bound(bound)}", 1)
-        pipe.hincrbyfloat(key, f"{base}{_SEP}sum", float(value))
-        pipe.hincrby(key, f"{base}{_SEP}count", 1)
+        _add(pipe, _key(name), _SEP.join(labels), value)
+    for stage, measures in (row.stage_metrics or {}).items():
+        for name, (field, _) in STAGE_HISTOGRAMS.items():
+            if measures.get(field) is not None:
+                _add(pipe, _key(name), _SEP.join((deployment, stage)), measures[field])
     pipe.execute()
+
+
+def _add(pipe, key: str, base: str, value: float) -> None:
+    """One observation of a histogram series kept in the Redis hash `key`."""
+    for bound in BUCKETS:
+        if value <= bound:
+            pipe.hincrby(key, f"{base}{_SEP}le={_bound(bound)}", 1)
+    pipe.hincrbyfloat(key, f"{base}{_SEP}sum", float(value))
+    pipe.hincrby(key, f"{base}{_SEP}count", 1)
 
 
 _clients: dict[str, redis.Redis] = {}
@@ -102,16 +123,22 @@ class RedisCollector:
         yield totals
         for name, (_, by_status, documentation) in HISTOGRAMS.items():
             labels = ["deployment", "route", "status"] if by_status else ["deployment", "route"]
-            family = HistogramMetricFamily(f"omnistage_{name}", documentation, labels=labels)
-            for label_values, series in _series(self.client.hgetall(_key(name)), len(labels)).items():
-                buckets = [(_bound(b), float(series.get(f"le={_bound(b)}", 0))) for b in BUCKETS]
-                family.add_metric(list(label_values), buckets, float(series.get("sum", 0.0)))
-            yield family
+            yield self._histogram(name, documentation, labels)
+        for name, (_, documentation) in STAGE_HISTOGRAMS.items():
+            yield self._histogram(name, documentation, ["deployment", "stage"])
         yield GaugeMetricFamily(
             "omnistage_history_pending",
             "Requests whose history rows the history writer has not written to the database yet.",
             value=float(self.client.scard(pending_all())),
         )
+
+
+    def _histogram(self, name: str, documentation: str, labels: list[str]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(f"omnistage_{name}", documentation, labels=labels)
+        for label_values, series in _series(self.client.hgetall(_key(name)), len(labels)).items():
+            buckets = [(_bound(b), float(series.get(f"le={_bound(b)}", 0))) for b in BUCKETS]
+            family.add_metric(list(label_values), buckets, float(series.get("sum", 0.0)))
+        return family
 
 
 def _series(raw: dict[bytes, bytes], label_count: int) -> dict[tuple[str, ...], dict[str, float]]:
@@ -129,6 +156,7 @@ def render() -> bytes:
     try:
         registry.register(RedisCollector(client))
         registry.register(ConnectorCollector())
+        registry.register(ReplicaCollector())
         return generate_latest(registry)
     finally:
         client.close()

@@ -49,8 +49,10 @@ from stages.ar.scheduler import Scheduler
 from stages.ar.sequence import Sequence
 from stages.config import StageDeployConfig
 from stages.engine import StageEngine
+from stages.engine_stats import StepStats
 from stages.errors import ConfigError, InvalidRequest
 from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
+from stages.replica_stats import Capacity
 from stages.tensors import from_wire, to_wire
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 class ARTorchEngine(StageEngine):
+    unit = "tokens"
+    last_step = StepStats()
+
     def __init__(
         self,
         adapter,
@@ -235,6 +240,7 @@ class ARTorchEngine(StageEngine):
 
     def step(self) -> list[StageOutput]:
         batch = self.scheduler.schedule()
+        self.last_step = StepStats()
         if not batch:
             return []
         try:
@@ -245,6 +251,7 @@ class ARTorchEngine(StageEngine):
         for seq, count in batch.work:
             seq.num_computed_tokens += count
         tokens = self.sampler(result.logits, result.sampling) if result.sampling else []
+        self.last_step = StepStats(batch=len(batch.work), units=len(tokens))
         next_token = {id(seq): token for seq, token in zip(result.sampling, tokens, strict=True)}
         outputs = []
         for seq, _ in batch.work:
@@ -264,6 +271,11 @@ class ARTorchEngine(StageEngine):
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def capacity(self) -> Capacity:
+        """Paged KV-cache blocks in use (the reserved null block left out)."""
+        total = self.block_manager.num_blocks - 1
+        return Capacity(kind="kv_blocks", used=total - self.block_manager.num_free_blocks, total=total)
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -47,6 +47,9 @@ def _configure_environment(stage_deploy: StageDeployConfig) -> None:
 
 
 class VLLMEngine(StageEngine):
+    unit = "tokens"
+    """For the replica host's metrics: its steps are counted from their outputs' tokens."""
+
     def __init__(self, model_dir: str | Path, stage_deploy: StageDeployConfig, *, stage_id: int = 0):
         _configure_environment(stage_deploy)
         from vllm import EngineArgs

@@ -38,8 +38,10 @@ from stages.diffusion.request_batcher import RequestBatcher
 from stages.diffusion.step_batcher import StepBatcher
 from stages.diffusion.traits import pipeline_traits
 from stages.engine import StageEngine
+from stages.engine_stats import StepStats
 from stages.errors import ConfigError, InvalidRequest
 from stages.protocol import StageOutput, StageRequest
+from stages.replica_stats import Capacity
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 class DiffusionEngine(StageEngine):
+    unit = "steps"
+    last_step = StepStats()
+
     def __init__(self, pipe, options: DiffusionOptions | None = None, max_batch: int = 16):
         self.pipe = pipe
         self.options = options or DiffusionOptions()
@@ -98,6 +103,7 @@ class DiffusionEngine(StageEngine):
             self._queue(pending)
 
     def step(self) -> list[StageOutput]:
+        self.last_step = StepStats()
         if not self.waiting and not (self.step_batcher and self.step_batcher.running):
             return []
         with torch.inference_mode():
@@ -117,6 +123,10 @@ class DiffusionEngine(StageEngine):
 
     def has_unfinished(self) -> bool:
         return bool(self.requests or self.partial)
+
+    def capacity(self) -> Capacity:
+        """Requests admitted (denoising, or queued for the next batch) against `max_batch`."""
+        return Capacity(kind="slots", used=len(self.requests), total=self.max_batch)
 
     def shutdown(self) -> None:
         self.waiting.clear()
@@ -158,7 +168,9 @@ class DiffusionEngine(StageEngine):
             outputs.append(self._failed(request, error))
         if not self.step_batcher.running:
             return outputs
+        running = len(self.step_batcher.running)
         result = self.step_batcher.step()
+        self.last_step = StepStats(batch=running, units=len(result.advanced))
         if self.options.progress_events:
             for request in result.advanced:
                 outputs.append(progress_output(request, request.step_index, request.total_steps, self.traits.is_video))
@@ -175,6 +187,7 @@ class DiffusionEngine(StageEngine):
         except Exception as error:  # noqa: BLE001 - the batch fails, the engine keeps serving
             logger.exception("diffusion batch of %d failed", len(batch))
             return [self._failed(request, error) for request in batch]
+        self.last_step = StepStats(batch=len(batch), units=len(batch) * result.progress_steps)
         outputs: list[StageOutput] = []
         for request, pixels in zip(batch, result.pixels, strict=True):
             request.transformer_calls = result.progress_steps

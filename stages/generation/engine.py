@@ -28,9 +28,11 @@ import numpy as np
 
 from stages.config import StageDeployConfig
 from stages.engine import StageEngine
+from stages.engine_stats import StepStats
 from stages.errors import InvalidRequest, StageFailure
 from stages.generation.window_policy import WindowPolicy, earliest_deadline_first
 from stages.protocol import StageError, StageOutput, StageRequest
+from stages.replica_stats import Capacity
 from stages.tensors import to_wire
 
 logger = logging.getLogger(__name__)
@@ -87,6 +89,9 @@ class WindowDecoder(Protocol):
 
 
 class GenerationEngine(StageEngine):
+    unit = "frames"
+    last_step = StepStats()
+
     def __init__(
         self,
         decoder: WindowDecoder,
@@ -145,6 +150,7 @@ class GenerationEngine(StageEngine):
         outputs = []
         for batch in _batches(due, getattr(self.decoder, "batch_key", _frames_span), self.max_batch):
             outputs.extend(self._decode_group(batch))
+        self.last_step = StepStats(batch=len(due), units=sum(window.end - window.start for window in due))
         return outputs
 
     def _decode_group(self, group: list[Window]) -> list[StageOutput]:
@@ -205,6 +211,10 @@ class GenerationEngine(StageEngine):
 
     def has_unfinished(self) -> bool:
         return bool(self.streams)
+
+    def capacity(self) -> Capacity:
+        """Requests decoding here against the windows one step batches (more wait for the next step)."""
+        return Capacity(kind="slots", used=len(self.streams), total=self.max_batch)
 
 
 def _frames_span(window: Window) -> tuple[int, int, bool]:
