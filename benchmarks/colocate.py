@@ -93,7 +93,9 @@ def one_level(bench_args: list[str], index: int) -> list[str]:
     while position < len(bench_args):
         flag = bench_args[position]
         values = []
-        while position + 1 + len(values) < len(bench_args) and not bench_args[position + 1 + len(values)].startswith("--"):
+        while position + 1 + len(values) < len(bench_args) and not bench_args[position + 1 + len(values)].startswith(
+            "--"
+        ):
             values.append(bench_args[position + 1 + len(values)])
         kept += [flag, values[index]] if flag == "--num-prompts" and len(values) > 1 else [flag, *values]
         position += 1 + len(values)

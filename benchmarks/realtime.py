@@ -79,6 +79,8 @@ def grouped(config: dict) -> dict:
     """`config` with thinker, talker and code2wav in one stage group (one replica host process)."""
     stages = {name: {**config["stages"].get(name, {}), "group": "omni"} for name in ("thinker", "talker", "code2wav")}
     return {**config, "stages": stages}
+
+
 TARGETS = {
     "echo-voice": Target("echo-voice", {}),
     "tiny-omni": Target("qwen2_5_omni", SHORT_REPLIES, checkpoint="qwen2_5_omni"),

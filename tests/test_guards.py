@@ -40,9 +40,11 @@ CONTROL_PLANE_USES_OF_STAGES = {
     "stages.orchestrator",
     "stages.protocol",
     "stages.provenance",
+    "stages.replica_stats",
     "stages.resampling",
     "stages.streams",
     "stages.tracing",
+    "stages.voice_conditioning",
 }
 
 

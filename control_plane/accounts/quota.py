@@ -199,6 +199,8 @@ async def aquota_refund(admission: Admission) -> bool:
     if not admission.states:
         return False
     return await _refund_in_thread(admission)
+
+
 aquota_renew = orm_in_thread(quota_renew)
 
 

@@ -132,7 +132,6 @@ class RedisCollector:
             value=float(self.client.scard(pending_all())),
         )
 
-
     def _histogram(self, name: str, documentation: str, labels: list[str]) -> HistogramMetricFamily:
         family = HistogramMetricFamily(f"omnistage_{name}", documentation, labels=labels)
         for label_values, series in _series(self.client.hgetall(_key(name)), len(labels)).items():
