@@ -12,11 +12,17 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from control_plane.accounts.models import ApiKey
 from control_plane.audit.models import Action
 from control_plane.audit.services import audit_record
 from control_plane.deployments import queries
 from control_plane.deployments.models import Deployment, DeploymentRevision, Pipeline
-from control_plane.deployments.permissions import CanReadDeployments, CanWriteDeployments, check_may_manage
+from control_plane.deployments.permissions import (
+    CanReadDeployments,
+    CanWriteDeployments,
+    check_may_manage,
+    may_manage,
+)
 from control_plane.deployments.revisions import DeploymentBusy, deployment_rollback
 from control_plane.deployments.services import DeploymentInvalid
 
@@ -28,9 +34,14 @@ class RevisionOutput(serializers.Serializer):
     config = serializers.JSONField(help_text="The whole DeployConfig of this revision.")
     diff = serializers.JSONField(help_text="[{path, old, new}] against the previous revision.")
     rollback_of = serializers.IntegerField(allow_null=True)
-    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
+    created_by = serializers.SerializerMethodField(help_text="Who made it: shown to the deployment's managers only.")
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_created_by(self, revision) -> str | None:
+        if not self.context.get("show_authors") or revision.created_by is None:
+            return None
+        return revision.created_by.username
 
 
 class PipelineRevisionOutput(serializers.Serializer):
@@ -73,7 +84,9 @@ class DeploymentRevisionListApi(APIView):
     def get(self, request, name: str):
         deployment = get_object_or_404(Deployment, name=name)
         revisions = deployment.revisions.select_related("created_by").order_by("-number")
-        return Response(RevisionOutput(revisions, many=True).data)
+        api_key = request.auth if isinstance(request.auth, ApiKey) else None
+        context = {"show_authors": may_manage(request.user, api_key, deployment)}
+        return Response(RevisionOutput(revisions, many=True, context=context).data)
 
 
 class DeploymentRollbackApi(APIView):
