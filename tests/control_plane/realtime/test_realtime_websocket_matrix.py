@@ -33,13 +33,16 @@ from control_plane.websocket_urls import websocket_urlpatterns
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CONSOLE_PATH = "/ws/console/playground/"
+CONSOLE_MODELS_PATH = "/ws/console/models/"
 POLICY_VIOLATION = 4008
 TEXT_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}}}
 
 
 def test_the_matrix_covers_every_websocket_route():
     routes = {"/" + str(pattern.pattern) for pattern in websocket_urlpatterns} | {REALTIME_PATH}
-    assert routes == {REALTIME_PATH, CONSOLE_PATH}, f"add the new WebSocket routes to this matrix: {routes}"
+    assert routes == {REALTIME_PATH, CONSOLE_PATH, CONSOLE_MODELS_PATH}, (
+        f"add the new WebSocket routes to this matrix: {routes}"
+    )
 
 
 def bearer(secret: str) -> dict:
@@ -152,13 +155,19 @@ async def realtime_matrix(stack, user, keys: dict[str, str]) -> None:
 
 
 async def console_matrix(stack, user, keys: dict[str, str], client_secret: str) -> None:
-    url = stack.ws_base + CONSOLE_PATH
     page = {"origin": stack.base}
     cookie = await sync_to_async(session_cookie)(user)
-    async with connect(url, additional_headers={"Cookie": cookie}, **page) as ws:  # a signed-in browser
+    async with connect(stack.ws_base + CONSOLE_PATH, additional_headers={"Cookie": cookie}, **page) as ws:
         await ws.send(json.dumps({"type": "run", "ref": "r1", "mode": "chat", "deployment": "nope", "input": {}}))
-        assert json.loads(await asyncio.wait_for(ws.recv(), 30))["ref"] == "r1"
+        assert json.loads(await asyncio.wait_for(ws.recv(), 30))["ref"] == "r1"  # a signed-in browser
+    async with connect(stack.ws_base + CONSOLE_MODELS_PATH, additional_headers={"Cookie": cookie}, **page) as ws:
+        await asyncio.wait_for(await ws.ping(), 30)  # open for a signed-in browser
+    for path in (CONSOLE_PATH, CONSOLE_MODELS_PATH):
+        await console_refusals(stack, user, stack.ws_base + path, cookie, keys, client_secret)
 
+
+async def console_refusals(stack, user, url: str, cookie: str, keys: dict[str, str], client_secret: str) -> None:
+    page = {"origin": stack.base}
     refusals = {
         "anonymous": {},
         "the user's valid key": {"Authorization": f"Bearer {stack.user_secret}"},
