@@ -340,9 +340,13 @@ def thinker_with_video_options(omni_models):
 )
 def test_videos_beyond_the_deployed_limits_are_refused(thinker_with_video_options, options, words):
     engine = thinker_with_video_options(options)
-    with pytest.raises(InvalidRequest) as raised:
-        engine.add_request(video_request(video_part(0)))
-    assert raised.value.param == "messages[0].content[0].video" and words in raised.value.message
+    engine.add_request(video_request(video_part(0)))  # prepared off the step loop: refused by a step
+    outputs = []
+    while not outputs:
+        outputs = engine.step()
+    [refused] = outputs
+    assert refused.finish_reason == "error" and refused.error.type == "invalid_request_error"
+    assert refused.error.param == "messages[0].content[0].video" and words in refused.error.message
     assert not engine.has_unfinished()
 
 
