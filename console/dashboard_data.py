@@ -9,18 +9,11 @@ from django.utils import timezone
 
 from control_plane.deployments.queries import deployment_list
 from control_plane.inference.models import InferenceRequest, Status
+from control_plane.inference.request_series import percentile
 
 CHART_MINUTES = 60
 PERCENTILES = (50, 90, 99)
 TIMINGS = (("ttft_s", "TTFT"), ("ttfp_s", "TTFP"), ("e2el_s", "E2EL"))
-
-
-def percentile(values: list[float], p: int) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
-    return ordered[rank]
 
 
 @dataclass
