@@ -5,6 +5,7 @@ missing one."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 from procs import REPO
@@ -19,8 +20,10 @@ TORCH_TOTAL = 140 * GIB
 def script():
     spec = importlib.util.spec_from_file_location("gpu_device_metrics", REPO / "scripts" / "gpu_device_metrics.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
-    return module
+    yield module
+    sys.modules.pop(spec.name, None)
 
 
 def exposition(used: float, total: float, busy: float | None, replica: float | None) -> str:
