@@ -49,15 +49,16 @@ def dummy_seed(stage_deploy: StageDeployConfig) -> int | None:
     return int(stage_deploy.options.get("dummy_seed", 0))
 
 
-def build_random(factory: Callable[[], Any], *, device: str, seed: int):
-    """`factory()` (a module constructor) run on `device` with the RNG seeded at `seed`, made finite."""
+def build_random(factory: Callable[[], Any], *, device: str, seed: int, part: str | None = None):
+    """`factory()` (a module constructor) run on `device` with the RNG seeded at `seed`, made finite.
+    `part`: its name for the weights meter, when its caller announced it already."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     meter = active_meter()
-    part = f"random weights #{next(_parts)}"
+    part = part or f"random weights #{next(_parts)}"
     if meter is not None:
         announced = meta_parameter_bytes(factory)
         if announced is not None:

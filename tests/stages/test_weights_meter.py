@@ -27,6 +27,14 @@ def tiny(repo_tiny_models):
     return repo_tiny_models
 
 
+@pytest.fixture(scope="module")
+def sd3(tiny):
+    from procs import PYTHON, REPO
+
+    subprocess.run([PYTHON, "-m", "stages.tiny", str(tiny), "--only", "sd3"], cwd=REPO, check=True, capture_output=True)
+    return tiny / "sd3"
+
+
 def files_size(folder) -> int:
     return sum(path.stat().st_size for path in checkpoint_files(folder))
 
@@ -76,14 +84,11 @@ def test_an_omni_stage_counts_its_own_tensors_only(tiny):
     assert read < path.stat().st_size  # the thinker's and token2wav's tensors are not its own
 
 
-def test_a_diffusers_pipeline_counts_every_components_files(tiny):
-    from procs import PYTHON, REPO
-
+def test_a_diffusers_pipeline_counts_every_components_files(sd3):
     from stages.diffusion.engine import load_pipeline
     from stages.diffusion.options import DiffusionOptions
 
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(tiny), "--only", "sd3"], cwd=REPO, check=True, capture_output=True)
-    folder = tiny / "sd3"
+    folder = sd3
     with metering() as meter:
         load_pipeline(folder, StageDeployConfig(), DiffusionOptions())
     components = [path for path in folder.iterdir() if path.is_dir() and checkpoint_files(path)]
@@ -104,3 +109,17 @@ def test_without_a_meter_nothing_is_counted_and_parts_never_overflow(tiny):
     assert (meter.loaded, meter.total) == (10, 10)
     meter.file_done(tiny / "qwen2" / "model.safetensors")  # a file nobody announced counts with its size
     assert meter.total == meter.loaded == 10 + files_size(tiny / "qwen2")
+
+
+def test_a_dummy_pipeline_announces_every_models_parameters_before_building_the_first(sd3):
+    from stages.diffusion.engine import load_pipeline
+    from stages.diffusion.options import DiffusionOptions
+
+    heard: list[tuple[int, int]] = []
+    with metering(lambda loaded, total: heard.append((loaded, total))) as meter:
+        pipe = load_pipeline(sd3, DUMMY, DiffusionOptions())
+    models = [pipe.transformer, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3]
+    parameters = sum(param.numel() * param.element_size() for model in models for param in model.parameters())
+    assert meter.total == meter.loaded == parameters
+    first_built = next(total for loaded, total in heard if loaded > 0)
+    assert first_built == parameters  # the whole total was known before any model was built
