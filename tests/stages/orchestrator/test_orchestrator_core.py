@@ -233,12 +233,18 @@ def test_least_loaded_replica_is_chosen_and_chunks_stick_to_it():
     assert again == of_type(output(core, "r1", seq=2, text="c"), SendToReplica)[0].replica_id
 
 
-def test_the_next_stage_runs_on_the_host_of_the_stage_feeding_it_when_one_of_its_replicas_is_there():
+def two_host_chain() -> tuple[Orchestrator, dict[str, str]]:
+    """The chain pipeline with a replica of each stage on each of two hosts: (core, host of each replica)."""
     core = make_core("chain", replicas={"echo": [], "echo2": []})
     hosts = {"e-a": "host-a", "e-b": "host-b", "f-a": "host-a", "f-b": "host-b"}
     for replica_id, host in hosts.items():
         stage = "echo" if replica_id.startswith("e") else "echo2"
         core.handle(ReplicaUp(replica_id=replica_id, deployment_id=DEPLOYMENT, stage=stage, host=host))
+    return core, hosts
+
+
+def test_the_next_stage_runs_on_the_host_of_the_stage_feeding_it_when_one_of_its_replicas_is_there():
+    core, hosts = two_host_chain()
     placed = {rid: of_type(submit(core, rid), SendToReplica)[0].replica_id for rid in ("r1", "r2", "r3", "r4")}
     readers = {rid: of_type(output(core, rid, seq=0, text="a"), SendToReplica)[0].replica_id for rid in placed}
     assert {rid: hosts[readers[rid]] for rid in placed} == {rid: hosts[placed[rid]] for rid in placed}
@@ -252,11 +258,7 @@ def test_the_next_stage_runs_on_the_host_of_the_stage_feeding_it_when_one_of_its
 
 
 def test_a_newcomer_goes_to_the_host_running_fewer_requests_once_the_entry_stage_has_let_go():
-    core = make_core("chain", replicas={"echo": [], "echo2": []})
-    hosts = {"e-a": "host-a", "e-b": "host-b", "f-a": "host-a", "f-b": "host-b"}
-    for replica_id, host in hosts.items():
-        stage = "echo" if replica_id.startswith("e") else "echo2"
-        core.handle(ReplicaUp(replica_id=replica_id, deployment_id=DEPLOYMENT, stage=stage, host=host))
+    core, hosts = two_host_chain()
     first = of_type(submit(core, "r1"), SendToReplica)[0].replica_id
     output(core, "r1", seq=0, text="a b c", finished=True)  # the entry stage is done, its next stage runs on
     second = of_type(submit(core, "r2"), SendToReplica)[0].replica_id
