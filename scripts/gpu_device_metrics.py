@@ -120,7 +120,9 @@ def machine_check(device: str) -> int:
 
         pynvml.nvmlInit()
     except Exception as error:  # noqa: BLE001 - ImportError, NVMLError_LibraryNotFound, ...
-        raise SystemExit(_cannot(f"NVML is not usable ({type(error).__name__}: {error}); install nvidia-ml-py")) from None
+        raise SystemExit(
+            _cannot(f"NVML is not usable ({type(error).__name__}: {error}); install nvidia-ml-py")
+        ) from None
     index = int(device.partition(":")[2] or 0)
     return int(torch.cuda.get_device_properties(index).total_memory)
 
