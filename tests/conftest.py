@@ -4,12 +4,14 @@ database's URL for live processes, and the environment those processes run with.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
 from procs import METRICS_TOKEN, REPO, RedisServer, stop_all
+from tiny_checkpoints import tiny_checkpoint
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -82,13 +84,15 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(scope="session")
-def repo_tiny_models():
+def repo_tiny_models() -> Path:
     """The tiny demo checkpoints the tests open under the repository's var/models (where `make run`
     builds them): built once per run if a clean checkout has none (complete ones are kept)."""
-    import subprocess
-
-    from procs import PYTHON
-
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(REPO / "var" / "models"), "--only", "qwen2", "qwen2_5_omni"],
-                   cwd=REPO, check=True, capture_output=True)  # fmt: skip
+    for name in ("qwen2", "qwen2_5_omni"):
+        tiny_checkpoint(name)
     return REPO / "var" / "models"
+
+
+@pytest.fixture(scope="session")
+def tiny_omni() -> Path:
+    """The tiny Qwen2.5-Omni checkpoint (thinker, talker, token2wav), shared by the whole run."""
+    return tiny_checkpoint("qwen2_5_omni")

@@ -1,7 +1,7 @@
 """A live platform for the realtime tests (the runtime tests' pattern): a private
 redis-server, a real Celery worker pool, the orchestrator and daphne; an `echo-voice`
-deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit mono; the tiny
-Qwen2.5-Omni checkpoint."""
+deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit mono (the tiny
+Qwen2.5-Omni checkpoint, `tiny_omni`, is the whole run's: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 from history_testing import HISTORY_WRITER, history_written
-from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, unavailable, wait_for
+from procs import PYTHON, Proc, RedisServer, free_port, stop_live, unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -140,11 +140,3 @@ def spoken_hello(tmp_path_factory) -> np.ndarray:
         rate = reader.getframerate()
         pcm = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
     return resample(pcm.astype(np.float32) / 32768.0, rate, 24000)
-
-
-@pytest.fixture(scope="session")
-def tiny_omni(tmp_path_factory):
-    """The tiny Qwen2.5-Omni checkpoint (thinker, talker, token2wav), built once per run."""
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    return root / "qwen2_5_omni"

@@ -1,30 +1,22 @@
 """A live platform for the /v1 tests (the runtime tests' pattern): a private redis-server,
 a real Celery worker pool, the orchestrator and daphne on a free port; echo deployments
-created through REST; API keys for an operator and for a plain user; the tiny Qwen2.5-Omni."""
+created through REST; API keys for an operator and for a plain user (the tiny Qwen2.5-Omni,
+`tiny_omni`, is the whole run's: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import httpx
 import pytest
 from history_testing import HISTORY_WRITER, history_written
 from openai import OpenAI
-from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, wait_for
+from procs import PYTHON, Proc, RedisServer, free_port, stop_live, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
 
 ECHO_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01, "tokens_per_step": 1}}}}
-
-
-@pytest.fixture(scope="session")
-def tiny_omni(tmp_path_factory):
-    """The tiny Qwen2.5-Omni checkpoint (thinker, talker, token2wav), built once per run."""
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    return root / "qwen2_5_omni"
 
 
 @pytest.fixture(scope="session")
