@@ -100,12 +100,14 @@ class Proc:
 
     running: set[Proc] = set()
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO):
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO, pass_fds: tuple[int, ...] = ()
+    ):
         self.log = log
         self.handle = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             argv, env=env, cwd=cwd, stdout=self.handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, pass_fds=pass_fds,
         )  # fmt: skip
         Proc.running.add(self)
 

@@ -1,5 +1,5 @@
-"""A live platform for the realtime tests (the runtime tests' pattern): a private
-redis-server, a real Celery worker pool, the orchestrator and daphne; an `echo-voice`
+"""A live platform for the realtime tests (tests/live_stack.py): a private redis-server,
+a real Celery worker pool, the orchestrator, the history writer and daphne; an `echo-voice`
 deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit mono (the tiny
 Qwen2.5-Omni checkpoint, `tiny_omni`, is the whole run's: tests/conftest.py)."""
 
@@ -7,55 +7,26 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import wave
 
 import httpx
 import numpy as np
 import pytest
-from history_testing import HISTORY_WRITER, history_written
-from procs import PYTHON, Proc, RedisServer, free_port, stop_live, unavailable, wait_for
+from live_stack import LiveStack
+from procs import stop_live, unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
 from stages.resampling import resample
 
-WS_MAX_MESSAGE = 16 * 1024 * 1024
 VOICE_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"options": {"delay_s": 0.01}}}}
 
 
-class RealtimeStack:
+class RealtimeStack(LiveStack):
     def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
-        self.env = env
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env["REDIS_URL"] = self.redis.url
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.ws_base = f"ws://127.0.0.1:{self.port}"
         self.operator_secret = operator_secret
         self.user_secret = user_secret
-        self.procs: dict[str, Proc] = {}
-        self.procs["worker"] = self._proc(
-            "worker",
-            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "realtime@%h",
-             "--without-mingle", "--without-gossip", "-l", "WARNING"],
-        )  # fmt: skip
-        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
-        self.procs["history"] = self._proc("history", HISTORY_WRITER)
-        self.procs["web"] = self._proc(
-            "web",
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "--websocket-max-message-size", str(WS_MAX_MESSAGE), "--websocket-max-frame-size", str(WS_MAX_MESSAGE),
-             "control_plane.asgi:application"],
-        )  # fmt: skip
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
-
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
-
-    def history_written(self) -> None:
-        history_written(self.redis.url)
+        super().__init__(env, tmp_path, worker_node="realtime")
 
     def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
         headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
@@ -73,13 +44,10 @@ class RealtimeStack:
                 body = self.http("GET", f"/api/deployments/{name}/", secret=self.operator_secret).json()
                 return body["state"] == "RUNNING"
 
-            wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+            wait_for(running, timeout=timeout, interval=0.1, what=f"{name} RUNNING")
 
     def ws_url(self, model: str) -> str:
         return f"{self.ws_base}/v1/realtime?model={model}"
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
 
     def stop(self) -> None:
         stop_live(self._stop_deployments, list(self.procs.values()), self.redis)

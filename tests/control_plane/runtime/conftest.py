@@ -1,5 +1,5 @@
-"""A live platform for runtime tests: a private redis-server (so a test can restart it),
-a Celery worker pool, the orchestrator and daphne, all real processes."""
+"""A live platform for runtime tests (tests/live_stack.py): a private redis-server (so a test can
+restart it), a Celery worker pool, the orchestrator and daphne, all real processes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 
 import httpx
 import pytest
-from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+from live_stack import LiveStack
+from procs import wait_for
 from reconciler_testing import Lifecycle
 
 from control_plane.accounts.services import api_key_create
@@ -39,36 +40,12 @@ def operator(transactional_db, django_user_model):
     return user, secret
 
 
-class Stack:
+class Stack(LiveStack):
+    """The platform without the history writer (no runtime test reads request history)."""
+
     def __init__(self, env: dict, tmp_path, secret: str):
-        self.env = env
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env["REDIS_URL"] = self.redis.url
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.headers = {"Authorization": f"Bearer {secret}"}
-        self.procs: dict[str, Proc] = {}
-        self.start_worker()
-        self.start_orchestrator()
-        self.procs["web"] = self._proc(
-            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "control_plane.asgi:application"]
-        )
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
-
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
-
-    def start_worker(self) -> None:
-        self.procs["worker"] = self._proc(
-            "worker",
-            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "rt@%h",
-             "--without-mingle", "--without-gossip", "-l", "WARNING"],
-        )  # fmt: skip
-
-    def start_orchestrator(self, name: str = "orchestrator") -> Proc:
-        self.procs[name] = self._proc(name, [PYTHON, "manage.py", "orchestrator"])
-        return self.procs[name]
+        super().__init__(env, tmp_path, worker_node="rt", history=False)
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
         return httpx.request(method, f"{self.base}{path}", headers=self.headers, timeout=30, **kwargs)
@@ -85,19 +62,17 @@ class Stack:
             return body if body["state"] == state else None
 
         try:
-            return wait_for(reached, timeout=timeout, interval=0.3, what=f"{name} {state}")
+            return wait_for(reached, timeout=timeout, interval=0.1, what=f"{name} {state}")
         except TimeoutError:
             print(self.api("GET", f"/api/deployments/{name}/").json())
             print(self.logs())
             raise
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}" for log in self.tmp.glob("*.log"))
+        return super().logs(tail=4000)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            proc.stop()
-        self.redis.stop()
+        self.stop_processes()
 
 
 @pytest.fixture

@@ -1,17 +1,15 @@
-"""A live platform for the /v1 tests (the runtime tests' pattern): a private redis-server,
-a real Celery worker pool, the orchestrator and daphne on a free port; echo deployments
+"""A live platform for the /v1 tests (tests/live_stack.py): a private redis-server, a real
+Celery worker pool, the orchestrator, the history writer and daphne on a free port; echo deployments
 created through REST; API keys for an operator and for a plain user (the tiny Qwen2.5-Omni,
 `tiny_omni`, is the whole run's: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
-from history_testing import HISTORY_WRITER, history_written
+from live_stack import LiveStack
 from openai import OpenAI
-from procs import PYTHON, Proc, RedisServer, free_port, stop_live, wait_for
+from procs import stop_live, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -24,37 +22,11 @@ def serving_pipeline_definitions():
     return discover_pipelines()
 
 
-class ServingStack:
+class ServingStack(LiveStack):
     def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
-        self.env = env
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env["REDIS_URL"] = self.redis.url
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.operator_secret = operator_secret
         self.user_secret = user_secret
-        self.procs: dict[str, Proc] = {}
-        self.procs["worker"] = self._proc(
-            "worker",
-            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "serving@%h",
-             "--without-mingle", "--without-gossip", "-l", "WARNING"],
-        )  # fmt: skip
-        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
-        self.procs["history"] = self._proc("history", HISTORY_WRITER)
-        self.start_web()
-
-    def start_web(self) -> None:
-        self.procs["web"] = self._proc(
-            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "control_plane.asgi:application"]
-        )
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
-
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
-
-    def history_written(self) -> None:
-        history_written(self.redis.url)
+        super().__init__(env, tmp_path, worker_node="serving")
 
     def client(self, secret: str | None = None, **kwargs) -> OpenAI:
         kwargs.setdefault("max_retries", 0)
@@ -79,13 +51,10 @@ class ServingStack:
                 return body["state"] == "RUNNING"
 
             try:
-                wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+                wait_for(running, timeout=timeout, interval=0.1, what=f"{name} RUNNING")
             except TimeoutError:
                 print(self.logs())
                 raise
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
 
     def stop(self) -> None:
         stop_live(self._stop_deployments, list(self.procs.values()), self.redis)

@@ -1,0 +1,83 @@
+"""A live platform for the tests: the processes `manage.py omni_up` supervises, started from the
+same component list (control_plane/system/platform_components.py, web_tier.py), on a private
+redis-server (a test may stop or restart any of them, Redis included) and a free port."""
+
+from __future__ import annotations
+
+import time
+
+from history_testing import history_written
+from procs import Proc, RedisServer, free_port, wait_for
+
+from control_plane.system.platform_components import (
+    history_writer_component,
+    orchestrator_component,
+    worker_component,
+)
+from control_plane.system.supervisor import Component
+from control_plane.system.web_tier import listening_socket, web_components
+
+QUICK_WORKER = ["--without-mingle", "--without-gossip"]
+"""A single test worker has no peers to sync with: it skips the start-up round trips that wait for them."""
+
+
+class LiveStack:
+    """The worker pool (queue `cpu`, one process), the orchestrator, the history writer (unless
+    `history=False`) and one web process, each a `Proc` in `procs` under its component's name."""
+
+    def __init__(self, env: dict, tmp_path, *, worker_node: str, history: bool = True):
+        self.tmp = tmp_path
+        self.redis = RedisServer(tmp_path / "redis").start()
+        self.env = env
+        self.env["REDIS_URL"] = self.redis.url
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.ws_base = f"ws://127.0.0.1:{self.port}"
+        self.worker_node = worker_node
+        self.procs: dict[str, Proc] = {}
+        self.start_worker()
+        self.start_orchestrator()
+        if history:
+            self.start_history_writer()
+        self.start_web()
+
+    def _proc(self, name: str, argv: list[str], pass_fds: tuple[int, ...] = ()) -> Proc:
+        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log", pass_fds=pass_fds)
+
+    def start_component(self, component: Component, name: str | None = None) -> Proc:
+        name = name or component.name
+        self.procs[name] = self._proc(name, component.argv, component.pass_fds)
+        return self.procs[name]
+
+    def start_worker(self) -> Proc:
+        component = worker_component("cpu", 1, self.env, node=f"{self.worker_node}@%h", log_level="WARNING")
+        component.argv += QUICK_WORKER
+        return self.start_component(component)
+
+    def start_orchestrator(self, name: str = "orchestrator") -> Proc:
+        return self.start_component(orchestrator_component(self.env), name)
+
+    def start_history_writer(self) -> Proc:
+        return self.start_component(history_writer_component(self.env))
+
+    def start_web(self) -> None:
+        """daphne on the stack's port, as the web tier runs it; the socket is the process's alone, so
+        a stopped web process refuses connections as a dead server does."""
+        sock = listening_socket("127.0.0.1", self.port)
+        try:
+            (component,) = web_components(sock, 1, env=self.env)
+            self.start_component(component)
+        finally:
+            sock.close()
+        wait_for(component.ready, timeout=60, interval=0.1, what="web up")
+
+    def history_written(self) -> None:
+        history_written(self.redis.url)
+
+    def logs(self, tail: int = 6000) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-tail:]}" for log in self.tmp.glob("*.log"))
+
+    def stop_processes(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.redis.stop()
