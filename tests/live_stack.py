@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from history_testing import history_written
-from procs import Proc, RedisServer, free_port, wait_for
+from procs import Proc, RedisServer, free_port, stop_together, wait_for
 
 from control_plane.system.platform_components import (
     history_writer_component,
@@ -78,6 +78,5 @@ class LiveStack:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-tail:]}" for log in self.tmp.glob("*.log"))
 
     def stop_processes(self) -> None:
-        for proc in self.procs.values():
-            proc.stop()
+        stop_together(list(self.procs.values()))
         self.redis.stop()
