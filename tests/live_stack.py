@@ -5,6 +5,7 @@ redis-server (a test may stop or restart any of them, Redis included) and a free
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from history_testing import history_written
 from procs import Proc, RedisServer, free_port, stop_together, wait_for
@@ -77,6 +78,39 @@ class LiveStack:
     def logs(self, tail: int = 6000) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-tail:]}" for log in self.tmp.glob("*.log"))
 
+    def reset(self) -> None:
+        """Leave the stack as a fresh one for the next test (a stack shared by several: SharedStack)."""
+        raise NotImplementedError(f"{type(self).__name__} is not shared between tests")
+
     def stop_processes(self) -> None:
         stop_together(list(self.procs.values()))
         self.redis.stop()
+
+
+class SharedStack:
+    """One live stack for many tests, started by the first test that asks for it: the processes (and the
+    models their replicas load) start once, not per test. Between tests `release` runs the stack's own
+    `reset` (it stops that test's deployments, waits until they are stopped and their history written,
+    so the next test's database holds nothing they still use); a stack that fails to reset is stopped,
+    and the next test starts a fresh one."""
+
+    def __init__(self, start: Callable[[], LiveStack]):
+        self.start = start
+        self.stack: LiveStack | None = None
+
+    def acquire(self) -> LiveStack:
+        if self.stack is None:
+            self.stack = self.start()
+        return self.stack
+
+    def release(self) -> None:
+        try:
+            self.stack.reset()
+        except Exception as error:
+            print(f"the shared stack did not reset ({error!r}): the next test starts a fresh one")
+            self.close()
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.stop_processes()
+            self.stack = None

@@ -24,5 +24,6 @@ serving_users = _serving.serving_users
 serving_stack = _serving.serving_stack
 echo_stack = _serving.echo_stack
 realtime_users = _realtime.realtime_users
+realtime_platform = _realtime.realtime_platform
 realtime_stack = _realtime.realtime_stack
 voice_stack = _realtime.voice_stack

@@ -1,7 +1,7 @@
-"""A live platform for the realtime tests (tests/live_stack.py): a private redis-server,
-a real Celery worker pool, the orchestrator, the history writer and daphne; an `echo-voice`
-deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit mono (the tiny
-Qwen2.5-Omni checkpoint, `tiny_omni`, is the whole run's: tests/conftest.py)."""
+"""A live platform for the realtime tests (tests/live_stack.py), started once and shared by them
+all: a private redis-server, a real Celery worker pool, the orchestrator, the history writer and
+daphne; an `echo-voice` deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit
+mono (the tiny Qwen2.5-Omni checkpoint, `tiny_omni`, is the whole run's: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import wave
 import httpx
 import numpy as np
 import pytest
-from live_stack import LiveStack
-from procs import stop_live, unavailable, wait_for
+from live_stack import LiveStack, SharedStack
+from procs import unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -23,10 +23,15 @@ VOICE_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"o
 
 
 class RealtimeStack(LiveStack):
-    def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
+    """The platform with the keys of the test using it (`use_keys`)."""
+
+    def __init__(self, env: dict, tmp_path):
+        self.operator_secret = self.user_secret = ""
+        super().__init__(env, tmp_path, worker_node="realtime")
+
+    def use_keys(self, operator_secret: str, user_secret: str) -> None:
         self.operator_secret = operator_secret
         self.user_secret = user_secret
-        super().__init__(env, tmp_path, worker_node="realtime")
 
     def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
         headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
@@ -49,12 +54,18 @@ class RealtimeStack(LiveStack):
     def ws_url(self, model: str) -> str:
         return f"{self.ws_base}/v1/realtime?model={model}"
 
-    def stop(self) -> None:
-        stop_live(self._stop_deployments, list(self.procs.values()), self.redis)
+    def reset(self) -> None:
+        names = [deployment["name"] for deployment in self._deployments()]
+        for name in names:
+            self.http("POST", f"/api/deployments/{name}/stop/", secret=self.operator_secret)
+        stopped = lambda: all(deployment["state"] == "STOPPED" for deployment in self._deployments())  # noqa: E731
+        wait_for(stopped, timeout=60, interval=0.1, what=f"{', '.join(names)} STOPPED")
+        self.history_written()
 
-    def _stop_deployments(self) -> None:
-        for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
-            self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
+    def _deployments(self) -> list[dict]:
+        response = self.http("GET", "/api/deployments/", secret=self.operator_secret)
+        assert response.status_code == 200, response.text
+        return response.json()
 
 
 @pytest.fixture
@@ -69,24 +80,39 @@ def realtime_users(transactional_db, django_user_model):
     return {"operator": (operator, operator_secret), "user": (user, user_secret)}
 
 
+@pytest.fixture(scope="session")
+def realtime_platform(session_platform_env, tmp_path_factory):
+    """The realtime tests' processes, shared by all of them: none stops or restarts a process, and
+    each test's users, keys and deployments are its own (`realtime_stack`)."""
+
+    def start() -> RealtimeStack:
+        tmp = tmp_path_factory.mktemp("realtime-platform")
+        env = {
+            **session_platform_env,
+            "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+            "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+            "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
+            # replicas on a busy machine must not be declared dead: no failure detection is tested here
+            "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+            "OMNISTAGE_HEARTBEAT_TTL": "15",
+        }
+        return RealtimeStack(env, tmp)
+
+    shared = SharedStack(start)
+    yield shared
+    shared.close()
+
+
 @pytest.fixture
-def realtime_stack(platform_env, tmp_path, realtime_users, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    env = {
-        **platform_env,
-        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
-        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
-        "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
-        # replicas on a busy machine must not be declared dead: no failure detection is tested here
-        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-        "OMNISTAGE_HEARTBEAT_TTL": "15",
-    }
-    live = RealtimeStack(env, tmp_path, realtime_users["operator"][1], realtime_users["user"][1])
+def realtime_stack(realtime_platform, realtime_users, settings):
+    live = realtime_platform.acquire()
+    live.use_keys(realtime_users["operator"][1], realtime_users["user"][1])
+    settings.MEDIA_ROOT = live.tmp / "media"
     try:
         yield live
     finally:
         print(live.logs())  # shown by pytest only when the test failed
-        live.stop()
+        realtime_platform.release()
 
 
 @pytest.fixture
