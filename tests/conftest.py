@@ -49,9 +49,11 @@ def database_url(transactional_db) -> str:
     return database_url_of(connection.settings_dict)
 
 
-def platform_environment(database_url: str, tmp_path_factory) -> dict[str, str]:
+@pytest.fixture
+def platform_env(database_url, tmp_path_factory) -> dict[str, str]:
     """Environment for live platform processes: the test database, fast heartbeats; checkpoints
-    the tests build under their temporary directories may be deployed."""
+    the tests build under their temporary directories may be deployed. The same for every test
+    (a stack shared by several tests is one of this environment: tests/live_stack.py)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "DJANGO_SETTINGS"))}
     env.update(
         DATABASE_URL=database_url,
@@ -67,19 +69,7 @@ def platform_environment(database_url: str, tmp_path_factory) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def platform_env(database_url, tmp_path_factory) -> dict[str, str]:
-    return platform_environment(database_url, tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def session_platform_env(django_db_setup, tmp_path_factory) -> dict[str, str]:
-    """`platform_env` for processes that live through the whole run (the test database exists by now;
-    each test's rows are its own: the processes must hold none of them between tests)."""
-    return platform_environment(database_url_of(connection.settings_dict), tmp_path_factory)
-
-
-LIVE_FIXTURES = {"platform_env", "session_platform_env", "redis_url"}
+LIVE_FIXTURES = {"platform_env", "redis_url"}
 """Fixtures that start or reach real platform processes: tests using them are marked `live`."""
 
 

@@ -88,19 +88,24 @@ class LiveStack:
 
 
 class SharedStack:
-    """One live stack for many tests, started by the first test that asks for it: the processes (and the
-    models their replicas load) start once, not per test. Between tests `release` runs the stack's own
-    `reset` (it stops that test's deployments, waits until they are stopped and their history written,
-    so the next test's database holds nothing they still use); a stack that fails to reset is stopped,
-    and the next test starts a fresh one."""
+    """One live stack for many tests, started by the first test that asks for it: the processes start
+    once, not per test. A test whose environment differs (a module that overrides `platform_env`)
+    gets a stack of its own environment, shared in turn by the tests after it with the same one.
+    Between tests `release` runs the stack's `reset` (it stops that test's deployments, waits until
+    they are stopped and their history written, so the next test's database holds nothing they still
+    use); a stack that fails to reset is stopped, and the next test starts a fresh one."""
 
-    def __init__(self, start: Callable[[], LiveStack]):
+    def __init__(self, start: Callable[[dict[str, str]], LiveStack]):
         self.start = start
         self.stack: LiveStack | None = None
+        self.env: dict[str, str] | None = None
 
-    def acquire(self) -> LiveStack:
+    def acquire(self, env: dict[str, str]) -> LiveStack:
+        if self.stack is not None and self.env != env:
+            self.close()
         if self.stack is None:
-            self.stack = self.start()
+            self.stack = self.start(dict(env))
+            self.env = dict(env)
         return self.stack
 
     def release(self) -> None:

@@ -81,14 +81,15 @@ def realtime_users(transactional_db, django_user_model):
 
 
 @pytest.fixture(scope="session")
-def realtime_platform(session_platform_env, tmp_path_factory):
+def realtime_platform(django_db_setup, tmp_path_factory):
     """The realtime tests' processes, shared by all of them: none stops or restarts a process, and
-    each test's users, keys and deployments are its own (`realtime_stack`)."""
+    each test's users, keys and deployments are its own (`realtime_stack`). Stopped before the test
+    database goes (hence django_db_setup)."""
 
-    def start() -> RealtimeStack:
+    def start(platform_env: dict[str, str]) -> RealtimeStack:
         tmp = tmp_path_factory.mktemp("realtime-platform")
         env = {
-            **session_platform_env,
+            **platform_env,
             "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
             "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
             "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
@@ -104,8 +105,8 @@ def realtime_platform(session_platform_env, tmp_path_factory):
 
 
 @pytest.fixture
-def realtime_stack(realtime_platform, realtime_users, settings):
-    live = realtime_platform.acquire()
+def realtime_stack(realtime_platform, platform_env, realtime_users, settings):
+    live = realtime_platform.acquire(platform_env)
     live.use_keys(realtime_users["operator"][1], realtime_users["user"][1])
     settings.MEDIA_ROOT = live.tmp / "media"
     try:
