@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import httpx
 from history_testing import history_written
 from procs import Proc, RedisServer, free_port, stop_together, wait_for
 
@@ -82,9 +83,45 @@ class LiveStack:
         """Leave the stack as a fresh one for the next test (a stack shared by several: SharedStack)."""
         raise NotImplementedError(f"{type(self).__name__} is not shared between tests")
 
+    def assert_running(self) -> None:
+        """Every process still up (a test that stopped one started it again)."""
+        stopped = [name for name, proc in self.procs.items() if proc.process.poll() is not None]
+        assert not stopped, f"stopped: {', '.join(stopped)}"
+
     def stop_processes(self) -> None:
         stop_together(list(self.procs.values()))
         self.redis.stop()
+
+
+class KeyedStack(LiveStack):
+    """A stack driven through REST with the API keys of the test using it (`use_keys`): an operator's
+    (deployments) and a plain user's (inference)."""
+
+    operator_secret = ""
+    user_secret = ""
+
+    def use_keys(self, operator_secret: str, user_secret: str) -> None:
+        self.operator_secret = operator_secret
+        self.user_secret = user_secret
+
+    def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
+        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs)
+
+    def reset(self) -> None:
+        """Stop the test's deployments, wait until they are stopped and their history is written."""
+        self.assert_running()
+        names = [deployment["name"] for deployment in self.deployments()]
+        for name in names:
+            self.http("POST", f"/api/deployments/{name}/stop/", secret=self.operator_secret)
+        stopped = lambda: all(deployment["state"] == "STOPPED" for deployment in self.deployments())  # noqa: E731
+        wait_for(stopped, timeout=60, interval=0.1, what=f"{', '.join(names)} STOPPED")
+        self.history_written()
+
+    def deployments(self) -> list[dict]:
+        response = self.http("GET", "/api/deployments/", secret=self.operator_secret)
+        assert response.status_code == 200, response.text
+        return response.json()
 
 
 class SharedStack:

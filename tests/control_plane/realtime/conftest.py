@@ -9,10 +9,9 @@ import shutil
 import subprocess
 import wave
 
-import httpx
 import numpy as np
 import pytest
-from live_stack import LiveStack, SharedStack
+from live_stack import KeyedStack, SharedStack
 from procs import unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
@@ -22,20 +21,9 @@ from stages.resampling import resample
 VOICE_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"options": {"delay_s": 0.01}}}}
 
 
-class RealtimeStack(LiveStack):
-    """The platform with the keys of the test using it (`use_keys`)."""
-
+class RealtimeStack(KeyedStack):
     def __init__(self, env: dict, tmp_path):
-        self.operator_secret = self.user_secret = ""
         super().__init__(env, tmp_path, worker_node="realtime")
-
-    def use_keys(self, operator_secret: str, user_secret: str) -> None:
-        self.operator_secret = operator_secret
-        self.user_secret = user_secret
-
-    def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
-        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=60, **kwargs)
 
     def deploy(self, name: str, pipeline: str, deploy_config: dict | None = None, model_dir: str = "-") -> None:
         body = {"name": name, "pipeline": pipeline, "model_dir": model_dir, "deploy_config": deploy_config or {}}
@@ -53,19 +41,6 @@ class RealtimeStack(LiveStack):
 
     def ws_url(self, model: str) -> str:
         return f"{self.ws_base}/v1/realtime?model={model}"
-
-    def reset(self) -> None:
-        names = [deployment["name"] for deployment in self._deployments()]
-        for name in names:
-            self.http("POST", f"/api/deployments/{name}/stop/", secret=self.operator_secret)
-        stopped = lambda: all(deployment["state"] == "STOPPED" for deployment in self._deployments())  # noqa: E731
-        wait_for(stopped, timeout=60, interval=0.1, what=f"{', '.join(names)} STOPPED")
-        self.history_written()
-
-    def _deployments(self) -> list[dict]:
-        response = self.http("GET", "/api/deployments/", secret=self.operator_secret)
-        assert response.status_code == 200, response.text
-        return response.json()
 
 
 @pytest.fixture
