@@ -31,6 +31,7 @@ async def spoken_turn(ws, speech: np.ndarray) -> tuple[dict, bytes]:
     return events[-1]["response"], audio
 
 
+@pytest.mark.timeout(1200)  # two long conversations on a loaded machine: what two tests had between them
 async def test_auto_truncation_keeps_every_turn_spoken_and_disabled_fails_the_overflowing_one(
     realtime_stack, tiny_omni, spoken_hello
 ):
