@@ -80,12 +80,29 @@ class LiveStack:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-tail:]}" for log in self.tmp.glob("*.log"))
 
     def reset(self) -> None:
-        """Leave the stack as a fresh one for the next test (a stack shared by several: SharedStack)."""
+        """Leave the stack as a fresh one for the next test (a stack shared by several: SharedStack):
+        its processes all up, the test's deployments stopped and their history written."""
+        self.assert_running()
+        names = [deployment["name"] for deployment in self.deployments()]
+        for name in names:
+            self.stop_deployment(name)
+        stopped = lambda: all(deployment["state"] == "STOPPED" for deployment in self.deployments())  # noqa: E731
+        wait_for(stopped, timeout=60, interval=0.1, what=f"{', '.join(names)} STOPPED")
+        if "history" in self.procs:
+            self.history_written()
+
+    def deployments(self) -> list[dict]:
+        """The deployments as GET /api/deployments/ lists them (a shared stack's subclass says how)."""
+        raise NotImplementedError(f"{type(self).__name__} is not shared between tests")
+
+    def stop_deployment(self, name: str) -> None:
         raise NotImplementedError(f"{type(self).__name__} is not shared between tests")
 
     def assert_running(self) -> None:
-        """Every process still up (a test that stopped one started it again)."""
+        """Every process and Redis still up (a test that stopped one started it again)."""
         stopped = [name for name, proc in self.procs.items() if proc.process.poll() is not None]
+        if self.redis.process is None or self.redis.process.poll() is not None:
+            stopped.append("redis")
         assert not stopped, f"stopped: {', '.join(stopped)}"
 
     def stop_processes(self) -> None:
@@ -108,20 +125,13 @@ class KeyedStack(LiveStack):
         headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
         return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs)
 
-    def reset(self) -> None:
-        """Stop the test's deployments, wait until they are stopped and their history is written."""
-        self.assert_running()
-        names = [deployment["name"] for deployment in self.deployments()]
-        for name in names:
-            self.http("POST", f"/api/deployments/{name}/stop/", secret=self.operator_secret)
-        stopped = lambda: all(deployment["state"] == "STOPPED" for deployment in self.deployments())  # noqa: E731
-        wait_for(stopped, timeout=60, interval=0.1, what=f"{', '.join(names)} STOPPED")
-        self.history_written()
-
     def deployments(self) -> list[dict]:
         response = self.http("GET", "/api/deployments/", secret=self.operator_secret)
         assert response.status_code == 200, response.text
         return response.json()
+
+    def stop_deployment(self, name: str) -> None:
+        self.http("POST", f"/api/deployments/{name}/stop/", secret=self.operator_secret)
 
 
 class SharedStack:
