@@ -79,6 +79,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test's own teardown: stop the shared live stacks the next test leaves idle."""
+    from live_stack import close_idle_stacks
+
+    result = yield
+    close_idle_stacks(nextitem)
+    return result
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Stop any live server a failed fixture left running (it would hold ports and connections)."""
     stop_all()

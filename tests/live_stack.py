@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import httpx
+import pytest
 from history_testing import history_written
 from procs import Proc, RedisServer, free_port, stop_together, wait_for
 
@@ -135,12 +137,17 @@ class KeyedStack(LiveStack):
 
 
 class SharedStack:
-    """One live stack for many tests, started by the first test that asks for it: the processes start
-    once, not per test. A test whose environment differs (a module that overrides `platform_env`)
-    gets a stack of its own environment, shared in turn by the tests after it with the same one.
-    Between tests `release` runs the stack's `reset` (it stops that test's deployments, waits until
-    they are stopped and their history written, so the next test's database holds nothing they still
-    use); a stack that fails to reset is stopped, and the next test starts a fresh one."""
+    """One live stack for consecutive tests, started by the first test that asks for it: the processes
+    start once, not per test. A test whose environment differs (a module that overrides
+    `platform_env`) gets a stack of its own environment, shared in turn by the tests after it with the
+    same one. Between tests `release` runs the stack's `reset` (it stops that test's deployments, waits
+    until they are stopped and their history written, so the next test's database holds nothing they
+    still use); a stack that fails to reset is stopped, and the next test starts a fresh one.
+
+    An idle stack is stopped before any other test that may commit to the database
+    (`close_idle_stacks`): its orchestrator reconciles every deployment it finds there."""
+
+    open_stacks: ClassVar[list[SharedStack]] = []
 
     def __init__(self, start: Callable[[dict[str, str]], LiveStack]):
         self.start = start
@@ -153,6 +160,7 @@ class SharedStack:
         if self.stack is None:
             self.stack = self.start(dict(env))
             self.env = dict(env)
+            SharedStack.open_stacks.append(self)
         return self.stack
 
     def release(self) -> None:
@@ -166,3 +174,36 @@ class SharedStack:
         if self.stack is not None:
             self.stack.stop_processes()
             self.stack = None
+            SharedStack.open_stacks.remove(self)
+
+
+def close_idle_stacks(next_test: pytest.Item | None) -> None:
+    """After a test: stop each shared stack the next test does not use if that test may commit rows
+    (an idle stack's orchestrator would reconcile its deployments); a test in a transaction that is
+    rolled back, or with no database, runs beside an idle stack."""
+    if next_test is not None and not commits_to_the_database(next_test):
+        return
+    used = shared_stacks_of(next_test) if next_test is not None else set()
+    for shared in list(SharedStack.open_stacks):
+        if id(shared) not in used:
+            shared.close()
+
+
+def commits_to_the_database(test: pytest.Item) -> bool:
+    marker = test.get_closest_marker("django_db")
+    transactional = marker is not None and (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))
+    names = set(getattr(test, "fixturenames", ()))
+    return bool(transactional) or bool({"transactional_db", "live_server", "django_db_reset_sequences"} & names)
+
+
+def shared_stacks_of(test: pytest.Item) -> set[int]:
+    """The ids of the shared stacks the test's fixtures hold (session fixtures computed already)."""
+    info = getattr(test, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    held = set()
+    for fixturedefs in definitions:
+        for fixturedef in fixturedefs:
+            cached = getattr(fixturedef, "cached_result", None)
+            if cached is not None and isinstance(cached[0], SharedStack):
+                held.add(id(cached[0]))
+    return held

@@ -3,11 +3,9 @@ restart it), a Celery worker pool, the orchestrator and daphne, all real process
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
-from live_stack import LiveStack
+from live_stack import LiveStack, SharedStack
 from procs import wait_for
 from reconciler_testing import Lifecycle
 
@@ -41,11 +39,16 @@ def operator(transactional_db, django_user_model):
 
 
 class Stack(LiveStack):
-    """The platform without the history writer (no runtime test reads request history)."""
+    """The platform without the history writer (no runtime test reads request history), driven with
+    the operator key of the test using it (`use_key`)."""
 
-    def __init__(self, env: dict, tmp_path, secret: str):
-        self.headers = {"Authorization": f"Bearer {secret}"}
+    headers: dict[str, str] = {}
+
+    def __init__(self, env: dict, tmp_path):
         super().__init__(env, tmp_path, worker_node="rt", history=False)
+
+    def use_key(self, secret: str) -> None:
+        self.headers = {"Authorization": f"Bearer {secret}"}
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
         return httpx.request(method, f"{self.base}{path}", headers=self.headers, timeout=30, **kwargs)
@@ -68,20 +71,38 @@ class Stack(LiveStack):
             print(self.logs())
             raise
 
+    def deployments(self) -> list[dict]:
+        response = self.api("GET", "/api/deployments/")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def stop_deployment(self, name: str) -> None:
+        self.api("POST", f"/api/deployments/{name}/stop/")
+
     def logs(self) -> str:
         return super().logs(tail=4000)
 
-    def stop(self) -> None:
-        self.stop_processes()
+
+@pytest.fixture(scope="session")
+def runtime_platform(django_db_setup, tmp_path_factory):
+    """The runtime tests' processes, shared by them (`stack`): each test's operator and deployments are
+    its own; a test that stops a process or Redis and leaves it stopped makes the next one start a
+    fresh stack. Stopped before the test database goes (hence django_db_setup)."""
+
+    def start(platform_env: dict[str, str]) -> Stack:
+        env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
+        return Stack(env, tmp_path_factory.mktemp("runtime-platform"))
+
+    shared = SharedStack(start)
+    yield shared
+    shared.close()
 
 
 @pytest.fixture
-def stack(platform_env, tmp_path, pipelines, operator):
-    env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
-    live = Stack(env, tmp_path, operator[1])
-    yield live
-    # stop the replica hosts through their deployments, then the processes
-    for deployment in live.api("GET", "/api/deployments/").json():
-        live.api("POST", f"/api/deployments/{deployment['name']}/stop/")
-    time.sleep(0.5)
-    live.stop()
+def stack(runtime_platform, platform_env, pipelines, operator):
+    live = runtime_platform.acquire(platform_env)
+    live.use_key(operator[1])
+    try:
+        yield live
+    finally:
+        runtime_platform.release()
