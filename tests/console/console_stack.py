@@ -1,5 +1,5 @@
-"""A live platform for the console tests (tests/live_stack.py): a private redis-server, a Celery
-worker, the orchestrator, the history writer and daphne."""
+"""A live platform for the console tests (tests/live_stack.py), shared by consecutive tests: a
+private redis-server, a Celery worker, the orchestrator, the history writer and daphne."""
 
 from __future__ import annotations
 
@@ -12,6 +12,16 @@ class ConsoleStack(LiveStack):
 
     def __init__(self, env: dict, tmp_path):
         super().__init__({**env}, tmp_path, worker_node="console")
+
+    def deployments(self) -> list[dict]:
+        from control_plane.deployments.models import Deployment
+
+        return list(Deployment.objects.values("name", "state"))
+
+    def stop_deployment(self, name: str) -> None:
+        from control_plane.deployments.models import Deployment
+
+        Deployment.objects.filter(name=name).update(desired_state="STOPPED")  # the reconciler stops it
 
     def logs(self) -> str:
         return super().logs(tail=3000)
