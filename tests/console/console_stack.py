@@ -20,8 +20,9 @@ class ConsoleStack(LiveStack):
 
     def stop_deployment(self, name: str) -> None:
         from control_plane.deployments.models import Deployment
+        from control_plane.deployments.services import deployment_stop
 
-        Deployment.objects.filter(name=name).update(desired_state="STOPPED")  # the reconciler stops it
+        deployment_stop(deployment=Deployment.objects.get(name=name))  # the reconciler stops its replicas
 
     def logs(self) -> str:
         return super().logs(tail=3000)
