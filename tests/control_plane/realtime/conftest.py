@@ -57,9 +57,9 @@ def realtime_users(transactional_db, django_user_model):
 
 @pytest.fixture(scope="session")
 def realtime_platform(django_db_setup, tmp_path_factory):
-    """The realtime tests' processes, shared by all of them: none stops or restarts a process, and
-    each test's users, keys and deployments are its own (`realtime_stack`). Stopped before the test
-    database goes (hence django_db_setup)."""
+    """The realtime tests' processes, shared by consecutive tests (`realtime_stack`;
+    tests/live_stack.py): each test's users, keys and deployments are its own. Stopped before the
+    test database goes (hence django_db_setup)."""
 
     def start(platform_env: dict[str, str]) -> RealtimeStack:
         tmp = tmp_path_factory.mktemp("realtime-platform")
