@@ -154,8 +154,10 @@ class SharedStack:
         self.stack: LiveStack | None = None
         self.env: dict[str, str] | None = None
 
-    def acquire(self, env: dict[str, str]) -> LiveStack:
-        if self.stack is not None and self.env != env:
+    def acquire(self, env: dict[str, str], request: pytest.FixtureRequest | None = None) -> LiveStack:
+        """The stack for `env`; a fresh one for a test marked `fresh_platform`."""
+        fresh = request is not None and request.node.get_closest_marker("fresh_platform") is not None
+        if self.stack is not None and (fresh or self.env != env):
             self.close()
         if self.stack is None:
             self.stack = self.start(dict(env))

@@ -66,8 +66,8 @@ def console_platform(django_db_setup, tmp_path_factory):
 
 
 @pytest.fixture
-def console_stack(console_platform, platform_env, pipelines, settings):
-    stack = console_platform.acquire(platform_env)
+def console_stack(console_platform, platform_env, pipelines, settings, request):
+    stack = console_platform.acquire(platform_env, request)
     settings.REDIS_URL = stack.redis.url  # in-process consumers talk to the same Redis
     try:
         yield stack

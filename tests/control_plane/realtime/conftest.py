@@ -80,8 +80,8 @@ def realtime_platform(django_db_setup, tmp_path_factory):
 
 
 @pytest.fixture
-def realtime_stack(realtime_platform, platform_env, realtime_users, settings):
-    live = realtime_platform.acquire(platform_env)
+def realtime_stack(realtime_platform, platform_env, realtime_users, settings, request):
+    live = realtime_platform.acquire(platform_env, request)
     live.use_keys(realtime_users["operator"][1], realtime_users["user"][1])
     settings.MEDIA_ROOT = live.tmp / "media"
     try:

@@ -99,8 +99,8 @@ def runtime_platform(django_db_setup, tmp_path_factory):
 
 
 @pytest.fixture
-def stack(runtime_platform, platform_env, pipelines, operator):
-    live = runtime_platform.acquire(platform_env)
+def stack(runtime_platform, platform_env, pipelines, operator, request):
+    live = runtime_platform.acquire(platform_env, request)
     live.use_key(operator[1])
     try:
         yield live

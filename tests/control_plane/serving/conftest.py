@@ -88,8 +88,8 @@ def serving_platform(django_db_setup, tmp_path_factory):
 
 
 @pytest.fixture
-def serving_stack(serving_platform, platform_env, serving_users, settings):
-    live = serving_platform.acquire(platform_env)
+def serving_stack(serving_platform, platform_env, serving_users, settings, request):
+    live = serving_platform.acquire(platform_env, request)
     live.use_keys(serving_users["operator"][1], serving_users["user"][1])
     settings.MEDIA_ROOT = live.tmp / "media"  # the test reads the artifacts the live server wrote
     try:
