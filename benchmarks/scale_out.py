@@ -8,6 +8,9 @@ never touch the database). Phase 1 deploys every stage once on host A; phase 2 d
 stage twice, one replica per host (`pools: ["cpu.a", "cpu.b"]`). Each phase sends a warm-up
 round, then `--requests` chat requests (text + audio) at `--concurrency` straight to the
 orchestrator (`serving.serve`), and reports requests/s, audio seconds per second, TTFP and RTF.
+Phase 3 deploys the echo pipeline (no model: what orchestration costs) with one replica per host
+and sends `--echo-requests` at `--echo-concurrency` with one orchestrator, then with a second
+orchestrator process beside the first (they share the work through the inbox's consumer group).
 
     sudo .venv/bin/python benchmarks/scale_out.py --concurrency 8 --requests 16
 
@@ -55,6 +58,7 @@ class ScaleOut:
         self.cpus = cpus
         self.bed = HostBed(list(cpus), tag="so")
         self.procs: dict[str, Proc] = {}
+        self.env: dict[str, str] = {}
         self.redis: TcpRedis | None = None
 
     def __enter__(self) -> ScaleOut:
@@ -94,6 +98,7 @@ class ScaleOut:
 
         call_command("migrate", verbosity=0)
         call_command("sync_pipelines", verbosity=0)
+        self.env = env
         logs = self.scratch / "logs"
         logs.mkdir(exist_ok=True)
         for name, cpus in self.cpus.items():
@@ -117,6 +122,19 @@ class ScaleOut:
                  interval=0.5, what=f"{name} RUNNING")  # fmt: skip
         return deployment
 
+    def add_orchestrator(self, name: str) -> None:
+        import redis
+
+        from stages import streams
+
+        client = redis.Redis.from_url(self.redis.url())
+        before = set(client.scan_iter(streams.orchestrator_heartbeat_pattern()))
+        self.procs[name] = Proc([PYTHON, "manage.py", "orchestrator"], self.env,
+                                self.scratch / "logs" / f"{name}.log")  # fmt: skip
+        wait_for(lambda: set(client.scan_iter(streams.orchestrator_heartbeat_pattern())) - before, timeout=60,
+                 interval=0.2, what=f"{name}'s heartbeat")  # fmt: skip
+        client.close()
+
     def undeploy(self, deployment) -> None:
         from control_plane.deployments.models import Deployment
         from control_plane.deployments.services import deployment_stop
@@ -133,7 +151,7 @@ class ScaleOut:
             self.redis.stop()
 
 
-async def one_request(redis_url: str, deployment_id: str, text: str, thinker_tokens: int) -> dict:
+async def one_request(redis_url: str, deployment_id: str, text: str, thinker_tokens: int, client=None) -> dict:
     import redis.asyncio
 
     from control_plane.orchestrator.serving import serve
@@ -145,13 +163,15 @@ async def one_request(redis_url: str, deployment_id: str, text: str, thinker_tok
         sampling=SamplingParams(max_tokens=thinker_tokens, temperature=0.0),
         arrival_time=time.time(),
     )
-    client = redis.asyncio.Redis.from_url(redis_url)
+    own_client = client is None
+    client = client or redis.asyncio.Redis.from_url(redis_url)
     try:
         last = None
         async for message in serve(deployment_id, request, client=client, idle_timeout_s=300):
             last = message
     finally:
-        await client.aclose()
+        if own_client:
+            await client.aclose()
     if last is None or last.kind != "complete":
         raise RuntimeError(f"request {request.request_id} ended with {last}")
     return last.summary.metrics
@@ -167,6 +187,50 @@ async def round_of(redis_url: str, deployment_id: str, count: int, concurrency: 
     started = time.perf_counter()
     metrics = await asyncio.gather(*(limited(i) for i in range(count)))
     return metrics, time.perf_counter() - started
+
+
+async def echo_round(redis_url: str, deployment_id: str, count: int, concurrency: int) -> float:
+    """Requests per second of `count` echo requests, `concurrency` at a time, one shared client."""
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(redis_url, max_connections=concurrency * 2)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def limited(index: int) -> dict:
+        async with gate:
+            return await one_request(redis_url, deployment_id, f"echo {index} a b c d e f g", 16, client=client)
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(limited(i) for i in range(count)))
+        return count / (time.perf_counter() - started)
+    finally:
+        await client.aclose()
+
+
+def orchestrators_phase(bench: ScaleOut, args) -> tuple[float, float]:
+    """Echo requests/s with one orchestrator, then with two."""
+    config = {"max_queue": 4096, "stages": {"echo": {"replicas": 2, "pools": ["cpu.a", "cpu.b"], "max_waiting": 4096,
+                                                     "options": {"tokens_per_step": 8}}}}  # fmt: skip
+    from control_plane.deployments.models import Deployment, Pipeline
+    from control_plane.deployments.services import deployment_create
+
+    deployment = deployment_create(name="scale-echo", pipeline=Pipeline.objects.get(name="echo"), model_dir="-",
+                                   deploy_config=config)  # fmt: skip
+    wait_for(lambda: Deployment.objects.get(pk=deployment.pk).state == "RUNNING", timeout=300, interval=0.5,
+             what="scale-echo RUNNING")  # fmt: skip
+    run = lambda: asyncio.run(  # noqa: E731
+        echo_round(bench.redis.url(), str(deployment.id), args.echo_requests, args.echo_concurrency)
+    )
+    try:
+        run()  # warm-up
+        one = run()
+        bench.add_orchestrator("orchestrator-2")
+        run()  # warm-up: the second orchestrator has joined the group
+        two = run()
+    finally:
+        bench.undeploy(deployment)
+    return one, two
 
 
 def phase(bench: ScaleOut, name: str, pools: list[str], args) -> dict:
@@ -200,6 +264,9 @@ def main() -> int:
     parser.add_argument("--thinker-tokens", type=int, default=16)
     parser.add_argument("--talker-tokens", type=int, default=50, help="codec codes per reply (50 per audio second)")
     parser.add_argument("--cpus", default="0,1", help="the cores of host A and host B")
+    parser.add_argument("--echo-requests", type=int, default=2000, help="echo requests per orchestrator count")
+    parser.add_argument("--echo-concurrency", type=int, default=64)
+    parser.add_argument("--phases", nargs="+", choices=["hosts", "orchestrators"], default=["hosts", "orchestrators"])
     args = parser.parse_args()
     why = available()
     if why is not None:
@@ -208,8 +275,21 @@ def main() -> int:
     core_a, core_b = args.cpus.split(",")
     with tempfile.TemporaryDirectory(prefix="omni-scale-out-") as scratch:
         with ScaleOut(Path(scratch), {"a": core_a, "b": core_b}) as bench:
-            one = phase(bench, "scale-one", ["cpu.a"], args)
-            two = phase(bench, "scale-two", ["cpu.a", "cpu.b"], args)
+            if "hosts" in args.phases:
+                one = phase(bench, "scale-one", ["cpu.a"], args)
+                two = phase(bench, "scale-two", ["cpu.a", "cpu.b"], args)
+            if "orchestrators" in args.phases:
+                echo_one, echo_two = orchestrators_phase(bench, args)
+    if "hosts" in args.phases:
+        print_hosts(one, two, args)
+    if "orchestrators" in args.phases:
+        print(f"echo pipeline, one replica per host, {args.echo_requests} requests at concurrency "
+              f"{args.echo_concurrency}: one orchestrator {echo_one:.0f} req/s, two {echo_two:.0f} req/s "
+              f"({echo_two / echo_one:.2f}x)")  # fmt: skip
+    return 0
+
+
+def print_hosts(one: dict, two: dict, args) -> None:
     print(f"tiny Qwen2.5-Omni, concurrency {args.concurrency}, {args.requests} requests per phase, "
           f"thinker {args.thinker_tokens} tokens, talker {args.talker_tokens} codes; one core per host")  # fmt: skip
     print(f"{'hosts':>5} {'req/s':>7} {'audio s/s':>9} {'TTFP p50':>9} {'TTFP mean':>9} {'RTF p50':>8} {'RTF mean':>8}")
@@ -218,7 +298,6 @@ def main() -> int:
               f"{row['ttfp_mean_s']:>8.2f}s {row['rtf_p50']:>8.3f} {row['rtf_mean']:>8.3f}")  # fmt: skip
     ratio = two["req_per_s"] / one["req_per_s"]
     print(f"throughput two hosts / one host: {ratio:.2f}x (bar {BAR}x: {'met' if ratio >= BAR else 'NOT met'})")
-    return 0
 
 
 if __name__ == "__main__":

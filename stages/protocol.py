@@ -230,6 +230,11 @@ class ReplicaStatus(msgspec.Struct, kw_only=True):
     failed, finished) or that it had already taken (redeliveries)."""
     phase: str = ""
     """While LOADING: what the host is doing (importing, loading weights, warming up)."""
+    weights_loaded_bytes: int | None = None
+    """While its weights load and after: the bytes of them its loader has read (None: not counted)."""
+    weights_total_bytes: int | None = None
+    """The bytes of weights the loader reads: its weight files, or its tensors in them; for dummy
+    weights, the parameters' bytes. `progress` is loaded / total while they load."""
     stats: StageStats | None = None
     """Steps, batches, throughput, queue waits and cache use since the host started."""
     device_usage: DeviceUsage | None = None

@@ -5,7 +5,8 @@
   as a share of the machine's cores (1.0: every core busy with this process).
 - cuda:N: `torch.cuda.mem_get_info` (only when torch is already imported in this process: a
   pool heartbeat never imports it), what torch's allocator reserved, and NVML's utilisation and
-  memory when `pynvml` is importable (the pool heartbeat uses NVML alone).
+  memory when `pynvml` (nvidia-ml-py) is importable and finds the driver (the pool heartbeat uses NVML
+  alone). On a machine without an NVIDIA driver NVML's library is looked for once per process.
 
 A replica host reads its device through a `DeviceReader` on its serving loop, between engine steps
 (at most once per heartbeat interval), never from the heartbeat thread: a CUDA graph captured in
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from stages.replica_stats import DeviceUsage
@@ -91,17 +93,56 @@ def torch_cuda_memory(index: int, driver: bool = True) -> tuple[int | None, int 
 
 
 def nvml_device(index: int) -> tuple[int | None, int | None, float | None]:
-    """(used, total, utilisation 0..1) from NVML, when `pynvml` is importable."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        rates = pynvml.nvmlDeviceGetUtilizationRates(handle)
-        return int(memory.used), int(memory.total), rates.gpu / 100.0
-    except Exception:  # noqa: BLE001 - no NVML, no GPU, or a driver without it
+    """(used, total, utilisation 0..1) from NVML, when `pynvml` is importable and the driver's library
+    loads; each of them None when NVML cannot say (utilisation is not supported on a MIG slice)."""
+    nvml = _nvml()
+    if nvml is None:
         return None, None, None
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(_physical_index(index))
+    except Exception:  # noqa: BLE001 - no such GPU
+        return None, None, None
+    used = total = utilization = None
+    try:
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        used, total = int(memory.used), int(memory.total)
+    except Exception:  # noqa: BLE001 - a driver hiccup must not stop a heartbeat
+        pass
+    try:
+        utilization = nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+    except Exception:  # noqa: BLE001
+        pass
+    return used, total, utilization
+
+
+_nvml_lock = threading.Lock()
+_nvml_module = None
+_nvml_absent = False
+
+
+def _nvml():
+    """`pynvml`, initialised once in this process; None without it or without an NVIDIA driver (a machine
+    without one is not asked again: loading a missing library on every heartbeat costs for nothing)."""
+    global _nvml_module, _nvml_absent
+    with _nvml_lock:
+        if _nvml_module is not None or _nvml_absent:
+            return _nvml_module
+        try:
+            import pynvml
+        except ImportError:
+            _nvml_absent = True
+            return None
+        try:
+            pynvml.nvmlInit()
+        except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            _nvml_absent = type(error).__name__ in NVML_FOR_GOOD
+            return None
+        _nvml_module = pynvml
+        return pynvml
+
+
+NVML_FOR_GOOD = frozenset({"NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded", "NVMLError_FunctionNotFound"})
+"""Failures of nvmlInit that another attempt in this process cannot mend."""
 
 
 def _physical_index(index: int) -> int:

@@ -15,7 +15,9 @@ Payloads that leave the group go inline or through Redis, never this host's shar
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable
 
 import msgspec
 
@@ -23,6 +25,7 @@ from stages.config import DeployConfig, StageDeployConfig, load_pipeline_config
 from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.groups import StageGroups
+from stages.models.weights_meter import metering
 from stages.protocol import ReplicaSpec, StageOutput
 from workers.device_pinning import local_device
 from workers.group_chain import GroupChain
@@ -31,7 +34,7 @@ from workers.replica_host import ReplicaHost
 
 class GroupHost(ReplicaHost):
     def __init__(self, spec: ReplicaSpec, client, **kwargs):
-        kwargs.setdefault("build_engine", load_group_chain)
+        kwargs.setdefault("build_engine", lambda spec: load_group_chain(spec, weights=self.reporter.set_weights))
         super().__init__(spec, client, **kwargs)
 
     def _wait_ms(self) -> int | None:
@@ -67,8 +70,9 @@ def member_deploys(spec: ReplicaSpec) -> dict[str, StageDeployConfig]:
     return deploys
 
 
-def load_group_chain(spec: ReplicaSpec) -> GroupChain:
-    """Build every member's engine (one after another) and the chain between them."""
+def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | None = None) -> GroupChain:
+    """Build every member's engine (one after another) and the chain between them; `weights(loaded, total)`
+    hears the bytes of the members' weights read so far (each member's announced as it starts)."""
     import torch
 
     from stages.models import get_family, load_stage_engine
@@ -90,7 +94,8 @@ def load_group_chain(spec: ReplicaSpec) -> GroupChain:
         stage_deploy = deploy.for_stage(pipeline.stage_named(name))
         return load_stage_engine(family, name, spec.model_dir, stage_deploy, pipeline)
 
-    return GroupChain(pipeline, group, build, cuda_device=lambda name: _cuda_device(deploys[name].device))
+    with metering(weights) if weights is not None else contextlib.nullcontext():
+        return GroupChain(pipeline, group, build, cuda_device=lambda name: _cuda_device(deploys[name].device))
 
 
 def _cuda_device(device: str) -> str | None:

@@ -8,6 +8,7 @@ longer to the first audio packet).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ from stages.config import StageDeployConfig, load_pipeline_config
 from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import get_family, load_stage_engine
+from stages.models.weights_meter import metering
 from stages.protocol import ReplicaSpec
 from workers.device_pinning import local_device
 
@@ -44,9 +46,14 @@ def replica_threads(stage_deploy: StageDeployConfig) -> int:
     return int(value)
 
 
-def load_replica_engine(spec: ReplicaSpec, progress: Callable[[float, str], None] | None = None) -> StageEngine:
+def load_replica_engine(
+    spec: ReplicaSpec,
+    progress: Callable[[float, str], None] | None = None,
+    weights: Callable[[int, int], None] | None = None,
+) -> StageEngine:
     """The family's engine for the spec's stage; the entry stage also runs the family's input processing.
-    `progress(fraction, phase)` hears the loading phases (imports, then the weights and the engine)."""
+    `progress(fraction, phase)` hears the loading phases (imports, then the weights and the engine);
+    `weights(loaded, total)` the bytes of weights read so far, as the family's loader reads them."""
     progress = progress or _silent
     progress(0.1, "importing torch")
     import torch
@@ -60,7 +67,8 @@ def load_replica_engine(spec: ReplicaSpec, progress: Callable[[float, str], None
         names = sorted(stage.name for stage in pipeline.stages)
         raise ConfigError("stage", f"pipeline {pipeline.name!r} has no stage {spec.stage!r} (has {names})")
     progress(0.5, "loading weights and building the engine")
-    engine = load_stage_engine(family, spec.stage, spec.model_dir, stage_deploy, pipeline)
+    with metering(weights) if weights is not None else contextlib.nullcontext():
+        engine = load_stage_engine(family, spec.stage, spec.model_dir, stage_deploy, pipeline)
     progress(0.95, "engine loaded")
     return engine
 

@@ -16,7 +16,8 @@ that carried them is acknowledged; a segment written on another host is asked of
 writer (`workers.foreign_payloads`), and this host answers such `export` entries, and
 `release` entries for segments nobody will read. Transfer totals, the stage's step measurements
 (`workers.step_meter`) and its device's memory (`workers.device_usage`) go out with the heartbeat;
-while it loads, the heartbeat names the loading phase.
+while it loads, the heartbeat names the loading phase and, while weights load, the bytes read of
+their total.
 
 Dead work: before taking a read's inputs, and every ENDED_CHECK_S while requests run, the
 host asks which of their requests the orchestrator has ended (`streams.aborted_requests`):
@@ -130,7 +131,9 @@ class ReplicaHost:
     ):
         self.spec = spec
         self.client = client
-        self.build_engine = build_engine or (lambda spec: _load_engine(spec, self.reporter.set_progress))
+        self.build_engine = build_engine or (
+            lambda spec: _load_engine(spec, self.reporter.set_progress, self.reporter.set_weights)
+        )
         self.drains_after_ms = drains_after_ms
         self.input = ReplicaInput(client, spec.replica_id)
         self.output_stream = streams.deployment_output(spec.deployment_id)
@@ -489,10 +492,14 @@ class ReplicaHost:
         self.reporter.stop()
 
 
-def _load_engine(spec: ReplicaSpec, progress: Callable[[float, str], None] | None = None) -> StageEngine:
+def _load_engine(
+    spec: ReplicaSpec,
+    progress: Callable[[float, str], None] | None = None,
+    weights: Callable[[int, int], None] | None = None,
+) -> StageEngine:
     from workers.replica_engine import load_replica_engine  # heavy: imports the family's modules
 
-    return load_replica_engine(spec, progress=progress)
+    return load_replica_engine(spec, progress=progress, weights=weights)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 LIVE_STATES: frozenset[str] = frozenset({"LOADING", "READY", "DRAINING"})
 LEASE_TTLS = 2.0
 """A host whose heartbeat could not be written for this many TTLs has lost its lease."""
+WEIGHTS_BEAT_S = 0.25
+"""The shortest time between two heartbeats that carry weight bytes."""
 
 
 def heartbeat_interval_s() -> float:
@@ -110,6 +112,7 @@ class StatusReporter:
             lease_after_s=LEASE_TTLS * self.ttl_s,
         )
         self._beating = False
+        self._weights_beat_at = 0.0
 
     def claim(self) -> str | None:
         """Take the heartbeat key for this host. Returns "host:pid" of another live host instead, if one serves
@@ -153,6 +156,20 @@ class StatusReporter:
             if phase is not None:
                 self.status.phase = phase
         self._beat_now()
+
+    def set_weights(self, loaded: int, total: int) -> None:
+        """Bytes of weights read so far of their total: the loading progress while they load. Beats at
+        most every WEIGHTS_BEAT_S (a loader reports each tensor), and when the last byte is read."""
+        with self._lock:
+            self.status.weights_loaded_bytes = loaded
+            self.status.weights_total_bytes = total
+            if total > 0:
+                self.status.progress = loaded / total
+                self.status.phase = "loading weights" if loaded < total else "building the engine"
+        now = time.monotonic()
+        if loaded >= total or now - self._weights_beat_at >= WEIGHTS_BEAT_S:
+            self._weights_beat_at = now
+            self._beat_now()
 
     def publish(self) -> None:
         """Send the current status to the orchestrator inbox."""

@@ -58,6 +58,12 @@ class ReplicaOutput(serializers.Serializer):
     state = serializers.CharField()
     state_reason = ReasonField()
     progress = serializers.FloatField()
+    weights_loaded_bytes = serializers.IntegerField(
+        allow_null=True, help_text="Bytes of weights its host has read (null: not counted, e.g. not loading yet)."
+    )
+    weights_total_bytes = serializers.IntegerField(
+        allow_null=True, help_text="Bytes of weights its host reads in all: `progress` is loaded / total meanwhile."
+    )
     queue_depth = serializers.IntegerField()
     last_heartbeat = serializers.DateTimeField()
     restarts = serializers.IntegerField()

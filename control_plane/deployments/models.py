@@ -84,6 +84,12 @@ class Replica(models.Model):
     state_reason = models.TextField(blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
     progress = models.FloatField(default=0.0)
+    weights_loaded_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Bytes of weights its host last reported read (null: not counted)."
+    )
+    weights_total_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="Bytes of weights its host reads in all (null: not counted)."
+    )
     queue_depth = models.PositiveIntegerField(default=0)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     restarts = models.PositiveIntegerField(default=0)

@@ -162,6 +162,8 @@ def _observed(status: ReplicaStatus, now) -> dict:
     return {
         "host": status.host,
         "progress": status.progress,
+        "weights_loaded_bytes": status.weights_loaded_bytes,
+        "weights_total_bytes": status.weights_total_bytes,
         "queue_depth": status.queue_depth,
         "transfers": status.transfers,
         "last_heartbeat": now,

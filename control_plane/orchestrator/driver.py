@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import time
 import uuid
@@ -58,6 +59,16 @@ from stages.protocol import Abort, Release, StageOutput, encode
 log = logging.getLogger(__name__)
 
 _output_decoder = msgspec.msgpack.Decoder(StageOutput)
+REQUEST_LOCK_MS = 5000
+_LOCK_ALL = """
+for _, key in ipairs(KEYS) do
+    if redis.call('exists', key) == 1 then return 0 end
+end
+for _, key in ipairs(KEYS) do
+    redis.call('set', key, ARGV[1], 'px', ARGV[2])
+end
+return 1
+"""
 _UNLOCK_ALL = """
 for _, key in ipairs(KEYS) do
     if redis.call('get', key) == ARGV[1] then redis.call('del', key) end
@@ -222,33 +233,28 @@ class RedisOrchestrator:
 
     # ---------------------------------------------------------- request state
 
-    def _lock_and_load(self, request_ids: list[str], token: str, timeout_s: float = 5.0) -> list[str]:
-        """Take each request's lock and adopt its stored state if another orchestrator changed it."""
-        held: list[str] = []
-        waiting = request_ids
+    def _lock_and_load(self, request_ids: list[str], token: str, timeout_s: float = 10.0) -> list[str]:
+        """Take the locks of all the requests at once, or none, and adopt each one's stored state if
+        another orchestrator changed it. All or none: two orchestrators that each held part of the
+        other's batch while waiting for the rest would wait each other out."""
+        if not request_ids:
+            return []
+        keys = [streams.request_lock(request_id) for request_id in request_ids]
         deadline = time.monotonic() + timeout_s
-        while waiting:
+        while True:
             pipe = self.redis.pipeline(transaction=False)
-            for request_id in waiting:
-                pipe.set(streams.request_lock(request_id), token, nx=True, px=5000)
+            pipe.eval(_LOCK_ALL, len(keys), *keys, token, REQUEST_LOCK_MS)
+            for request_id in request_ids:
                 pipe.hmget(streams.request_state(request_id), ["v", "state"])
-            results = pipe.execute()
-            busy = []
-            for index, request_id in enumerate(waiting):
-                if results[2 * index]:
-                    held.append(streams.request_lock(request_id))
-                    self._adopt(request_id, results[2 * index + 1])
-                else:
-                    busy.append(request_id)
-            if busy and time.monotonic() > deadline:
-                log.error("requests %s stayed locked for %.0f s; handling them anyway", busy[:5], timeout_s)
-                for request_id in busy:
-                    self._adopt(request_id, self.redis.hmget(streams.request_state(request_id), ["v", "state"]))
+            taken, *stored = pipe.execute()
+            if taken or time.monotonic() > deadline:
                 break
-            waiting = busy
-            if waiting:
-                time.sleep(0.002)
-        return held
+            time.sleep(random.uniform(0.001, 0.004))
+        if not taken:  # a holder that outlives its lock's expiry keeps taking it again
+            log.error("requests %s stayed locked for %.0f s; handling them anyway", request_ids[:5], timeout_s)
+        for request_id, raw in zip(request_ids, stored, strict=True):
+            self._adopt(request_id, raw)
+        return keys if taken else []
 
     def _adopt(self, request_id: str, raw: list) -> None:
         version = int(raw[0]) if raw[0] else None

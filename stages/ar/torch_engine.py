@@ -401,15 +401,18 @@ def load_causal_lm(model_dir: str | Path, deploy: StageDeployConfig, device: str
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     from stages.models.dummy_weights import build_random, dummy_seed, has_weights
+    from stages.models.weight_reads import announce_checkpoint, counted_reads
 
     register()
     seed = dummy_seed(deploy)
     if seed is None:
         if Path(model_dir).is_dir() and not has_weights(model_dir):
             raise ConfigError("model", f"{model_dir} has no weight files (configs only serve with load_format dummy)")
-        model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=DTYPES[deploy.dtype], attn_implementation=ATTENTION_NAME
-        )
+        announce_checkpoint(model_dir)
+        with counted_reads("transformers"):
+            model = AutoModelForCausalLM.from_pretrained(
+                str(model_dir), dtype=DTYPES[deploy.dtype], attn_implementation=ATTENTION_NAME
+            )
         return model.to(device).eval()
     config = AutoConfig.from_pretrained(str(model_dir))
     model = build_random(

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from stages.models.dummy_weights import build_random, meta_parameter_bytes
+from stages.models.weights_meter import active_meter
 
 
 def dummy_pipeline(model_dir: str | Path, *, device: str, dtype, seed: int):
@@ -21,7 +26,7 @@ def dummy_pipeline(model_dir: str | Path, *, device: str, dtype, seed: int):
     model_dir = Path(model_dir)
     index = json.loads((model_dir / "model_index.json").read_text())
     pipeline_class = getattr(diffusers, index["_class_name"])
-    parts = {}
+    parts, models = {}, {}
     for name, value in index.items():
         if name.startswith("_"):
             continue
@@ -31,7 +36,14 @@ def dummy_pipeline(model_dir: str | Path, *, device: str, dtype, seed: int):
             parts[name] = None
         else:
             component_class = getattr(importlib.import_module(value[0]), value[1])
-            parts[name] = _component(component_class, model_dir / name, device=device, dtype=dtype, seed=seed)
+            factory = _model_factory(component_class, model_dir / name, dtype)
+            if factory is None:  # a tokenizer, scheduler or processor: from its files
+                parts[name] = component_class.from_pretrained(model_dir / name)
+            else:
+                models[f"{model_dir}/{name}"] = (name, factory)
+    _announce({part: factory for part, (_, factory) in models.items()})
+    for part, (name, factory) in models.items():
+        parts[name] = build_random(factory, device=device, seed=seed, part=part)
     return pipeline_class(**parts)
 
 
@@ -39,16 +51,26 @@ def _is_component(value) -> bool:
     return isinstance(value, list) and len(value) == 2
 
 
-def _component(component_class, folder: Path, *, device: str, dtype, seed: int):
+def _model_factory(component_class, folder: Path, dtype) -> Callable[[], Any] | None:
+    """What builds the component's model from its folder's config; None when it is not a model."""
     from diffusers import ModelMixin
     from transformers import PreTrainedModel
 
-    from stages.models.dummy_weights import build_random
-
     if issubclass(component_class, PreTrainedModel):
         config = component_class.config_class.from_pretrained(folder)
-        return build_random(lambda: component_class._from_config(config, dtype=dtype), device=device, seed=seed)
+        return lambda: component_class._from_config(config, dtype=dtype)
     if issubclass(component_class, ModelMixin):
         config = component_class.load_config(folder)
-        return build_random(lambda: component_class.from_config(config), device=device, seed=seed).to(dtype)
-    return component_class.from_pretrained(folder)
+        return lambda: component_class.from_config(config).to(dtype)
+    return None
+
+
+def _announce(models: dict[str, Callable[[], Any]]) -> None:
+    """Tell the active weights meter every model's parameter bytes (by part) before the first is built."""
+    meter = active_meter()
+    if meter is None:
+        return
+    for part, factory in models.items():
+        size = meta_parameter_bytes(factory)
+        if size is not None:
+            meter.expect(part, size)

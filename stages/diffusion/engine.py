@@ -227,10 +227,13 @@ def load_pipeline(model_dir: str | Path, stage_deploy: StageDeployConfig, option
 
     from stages.diffusion.dummy_pipeline import dummy_pipeline
     from stages.models.dummy_weights import dummy_seed
+    from stages.models.weight_reads import announce_pipeline, counted_reads
 
     seed = dummy_seed(stage_deploy)
     if seed is None:
-        pipe = DiffusionPipeline.from_pretrained(str(model_dir), dtype=DTYPES[stage_deploy.dtype])
+        announce_pipeline(model_dir)
+        with counted_reads("transformers", "diffusers"):
+            pipe = DiffusionPipeline.from_pretrained(str(model_dir), dtype=DTYPES[stage_deploy.dtype])
     else:
         build_on = stage_deploy.device if options.cpu_offload == "none" else "cpu"
         pipe = dummy_pipeline(model_dir, device=build_on, dtype=DTYPES[stage_deploy.dtype], seed=seed)

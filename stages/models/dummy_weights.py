@@ -15,6 +15,9 @@ A stage that needs rows of another stage's weights (the omni talkers read a few 
 embedding) draws them from the same distribution (`random_rows`). vLLM's own `load_format="dummy"`
 serves the vllm backend.
 
+With a weights meter active (stages/models/weights_meter.py), each module built counts its parameters'
+bytes: announced from a build on the meta device before it is built, loaded once it is initialised.
+
 `without_weights(src, dst)` copies a checkpoint directory minus its weight files (the test of a
 config-only directory; or a real checkpoint's configs, to serve its shapes without its weights).
 """
@@ -22,10 +25,13 @@ config-only directory; or a real checkpoint's configs, to serve its shapes witho
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from stages.models.weights_meter import active_meter
 
 if TYPE_CHECKING:
     from stages.config import StageDeployConfig
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
 DUMMY = "dummy"
 EXPERT_STD = 0.02
 LARGEST_SANE_WEIGHT = 1e3
+_parts = itertools.count(1)
 
 
 def dummy_seed(stage_deploy: StageDeployConfig) -> int | None:
@@ -42,18 +49,43 @@ def dummy_seed(stage_deploy: StageDeployConfig) -> int | None:
     return int(stage_deploy.options.get("dummy_seed", 0))
 
 
-def build_random(factory: Callable[[], Any], *, device: str, seed: int):
-    """`factory()` (a module constructor) run on `device` with the RNG seeded at `seed`, made finite."""
+def build_random(factory: Callable[[], Any], *, device: str, seed: int, part: str | None = None):
+    """`factory()` (a module constructor) run on `device` with the RNG seeded at `seed`, made finite.
+    `part`: its name for the weights meter, when its caller announced it already."""
     import torch
 
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    meter = active_meter()
+    part = part or f"random weights #{next(_parts)}"
+    if meter is not None:
+        announced = meta_parameter_bytes(factory)
+        if announced is not None:
+            meter.expect(part, announced)
     with _seeded(device, seed), torch.device(device):
         module = factory()
     redraw_experts(module, torch.Generator(device).manual_seed(seed + 1))
     check_finite(module)
+    if meter is not None:
+        meter.done(part, parameter_bytes(module))
     return module.eval()
+
+
+def parameter_bytes(module) -> int:
+    return sum(param.numel() * param.element_size() for param in module.parameters())
+
+
+def meta_parameter_bytes(factory: Callable[[], Any]) -> int | None:
+    """The bytes of the parameters `factory()` builds, from a build on the meta device (no memory, no
+    initialisation); None when the constructor cannot run there."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return parameter_bytes(factory())
+    except Exception:  # noqa: BLE001 - the total is then known once the module is built
+        return None
 
 
 @contextlib.contextmanager

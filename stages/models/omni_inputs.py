@@ -70,6 +70,7 @@ def prepare_omni_request(request: StageRequest, processor, video_limits: VideoLi
         images=parts.images or None,
         videos=[video.frames for video in videos] or None,
         return_tensors="pt",
+        **audio_kwargs(parts.audios, processor.feature_extractor),
     )
     if videos:
         processed["video_second_per_grid"] = seconds_per_grid(videos, processor.video_processor.temporal_patch_size)
@@ -81,6 +82,26 @@ def prepare_omni_request(request: StageRequest, processor, video_limits: VideoLi
         prompt_token_ids=processed["input_ids"][0].tolist(),
         payloads={**request.payloads, **payloads},
     )
+
+
+def audio_kwargs(audios: list[Any], feature_extractor) -> dict[str, Any]:
+    return {"audio_kwargs": {"max_length": audio_padding(audios, feature_extractor)}} if audios else {}
+
+
+def audio_padding(audios: list[Any], feature_extractor) -> int:
+    """Samples to pad every clip of a request to: the longest clip plus one FFT window of silence
+    (so that each clip's last frames see the same zeros they would see in any longer padding),
+    in whole hops, at most the extractor's own maximum.
+
+    Qwen2.5-Omni's processor pads each clip to the extractor's `n_samples` unless told otherwise:
+    300 s for its checkpoints, 30,000 frames of 128 mels per clip however short it is. A realtime
+    conversation sends all of its turns' audio with every response, so each turn's preparation
+    then computed and carried five minutes of features per earlier turn (about 1 s of CPU and
+    15 MB each). The valid frames, the only ones the audio tower reads, do not depend on the
+    padding beyond the window."""
+    hop = feature_extractor.hop_length
+    longest = max(len(samples) for samples in audios) + feature_extractor.n_fft
+    return min(feature_extractor.n_samples, -(-longest // hop) * hop)
 
 
 def sample_videos(videos: list[tuple[bytes, str]], video_processor, limits: VideoLimits):

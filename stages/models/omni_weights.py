@@ -9,6 +9,9 @@ needs from the thinker's vocabulary) are read by slicing, never the whole matrix
 With `dummy_seed` set (the stage's `load_format` is "dummy"), nothing is read: the submodule is
 built on its device with seeded random weights (stages/models/dummy_weights.py) and the rows are
 drawn as the thinker's embedding is initialised.
+
+The weights meter (stages/models/weights_meter.py) hears the bytes of the stage's tensors, from the
+files' headers, then each tensor as it is read.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 from stages.errors import ConfigError
 from stages.models.dummy_weights import build_random, random_rows
+from stages.models.weight_reads import prefix_bytes
+from stages.models.weights_meter import active_meter, file_part
 
 
 def weight_files(model_dir: str | Path) -> list[Path]:
@@ -39,15 +44,26 @@ def load_state(model_dir: str | Path, prefix: str, device: str = "cpu") -> dict[
     """Every tensor under `prefix` (the prefix stripped)."""
     from safetensors import safe_open
 
+    files = weight_files(model_dir)
+    meter = active_meter()
+    if meter is not None:  # the stage reads its own tensors only: those are its total
+        for path in files:
+            meter.expect(_prefix_part(path, prefix), prefix_bytes(path, prefix))
     state = {}
-    for path in weight_files(model_dir):
+    for path in files:
         with safe_open(str(path), framework="pt", device=device) as handle:
             for key in handle.keys():
                 if key.startswith(prefix):
-                    state[key[len(prefix) :]] = handle.get_tensor(key)
+                    state[key[len(prefix) :]] = tensor = handle.get_tensor(key)
+                    if meter is not None:
+                        meter.read(_prefix_part(path, prefix), tensor.nbytes)
     if not state:
         raise ConfigError("model", f"{model_dir} holds no weights under {prefix!r}")
     return state
+
+
+def _prefix_part(path: Path, prefix: str) -> str:
+    return f"{file_part(path)}::{prefix}"
 
 
 def load_submodule(

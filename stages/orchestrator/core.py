@@ -5,8 +5,10 @@ and carry out its actions. It owns cross-stage request state:
 
 - admission: at most `deploy.max_queue` requests in flight per deployment, and room in every
   stage a request needs (`admission.py`: 503 `overloaded` with a retry estimate);
-- replica choice: the replica of the stage holding the fewest of our requests, sticky
-  per request and stage (a replica holds that request's KV cache);
+- replica choice: the replica of the stage holding the fewest of our requests, near the
+  request's upstream replicas, on the host running the fewest of the deployment's requests,
+  least recently chosen on a tie; sticky per request and stage (a replica holds that
+  request's KV cache);
 - forwarding: each stage output goes along the pipeline's edges, chunk by chunk when
   the edge streams, else all at once when the source finished;
 - order and de-duplication by (request, stage, seq): redelivered outputs are ignored,
@@ -80,6 +82,8 @@ class Replica:
     """`<request_id>/<stage_id>` of the requests this orchestrator placed there and that still run."""
     draining: bool = False
     """It finishes what it holds but is chosen for nothing new."""
+    chosen_at: int = 0
+    """When the core last placed a request here (its placement counter): ties go to the least recent."""
 
 
 class Orchestrator:
@@ -92,6 +96,7 @@ class Orchestrator:
         self._remember_finished = remember_finished
         self._changed: set[str] = set()
         self._removed: set[str] = set()
+        self._placements = 0
         self._handlers = {
             DeploymentUp: self._deployment_up,
             DeploymentDown: self._deployment_down,
@@ -218,7 +223,28 @@ class Orchestrator:
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda replica: (replica.host not in near, len(replica.holding), replica.replica_id))
+        host_load = self._host_load(deployment_id)
+        return min(
+            candidates,
+            key=lambda replica: (
+                replica.host not in near,
+                len(replica.holding),
+                host_load.get(replica.host, 0),
+                replica.chosen_at,
+                replica.replica_id,
+            ),
+        )
+
+    def _host_load(self, deployment_id: str) -> dict[str, int]:
+        """Requests of the deployment each host runs, any stage: an entry stage finishes early (a
+        thinker's few tokens), so its own holdings alone would send every newcomer to one host,
+        whose downstream replicas the request then stays near."""
+        requests_on: dict[str, set[str]] = {}
+        for replica in self.replicas.values():
+            if replica.deployment_id == deployment_id:
+                held = requests_on.setdefault(replica.host, set())
+                held.update(key.split("/")[0] for key in replica.holding)
+        return {host: len(requests) for host, requests in requests_on.items()}
 
     def _upstream_hosts(self, state: RequestState, stage_id: int) -> set[str]:
         """Hosts of the replicas that run the stages feeding `stage_id` for this request."""
@@ -316,6 +342,8 @@ class Orchestrator:
         if replica is None:
             return []  # waits for a ReplicaUp, or times out
         replica.holding.add(_holding_key(state.request_id, stage_id))
+        self._placements += 1
+        replica.chosen_at = self._placements
         self._changed.add(state.request_id)
         progress.replica_id = replica.replica_id
         progress.started_at = at

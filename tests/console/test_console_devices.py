@@ -1,23 +1,26 @@
 """The Devices page: every worker pool with its hosts and devices, their memory and utilisation,
 and the replicas placed on each, from the heartbeats; in a real browser against a live platform,
 and rendered in-process from heartbeat keys (a GPU host included, and a Redis that is down).
-The deployment page names a loading replica's phase under its progress bar."""
+The deployment page names a loading replica's phase under its progress bar and, while its weights load,
+the bytes read of their total; the REST replica rows carry both numbers."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 
 import msgspec
 import pytest
 import redis
 from console_browser import chromium_page, shot
-from console_stack import wait_running
+from console_stack import ConsoleStack, wait_running
 from django.urls import reverse
 from procs import wait_for
 
-from control_plane.deployments.models import Pipeline
+from control_plane.deployments.apis import ReplicaOutput
+from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.services import deployment_create
 from stages import streams
 from stages.protocol import ReplicaStatus
@@ -126,3 +129,65 @@ def test_a_loading_replica_shows_its_phase_and_a_down_redis_is_said(alice_client
     page = alice_client.get(reverse("console:devices")).content.decode()
     assert "data-devices-unavailable" in page
     assert alice_client.get(reverse("console:deployment-panel", args=["slow"])).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_loading_replica_shows_its_weights_bytes_of_the_total(alice_client, pipelines, settings):
+    deployment = deployment_create(name="weights", pipeline=Pipeline.objects.get(name="echo"), model_dir="-",
+                                   deploy_config={})  # fmt: skip
+    replica = deployment.replicas.get()
+    replica.state = "LOADING"
+    replica.save()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    key = streams.replica_heartbeat(str(replica.id))
+    loaded, total = int(1.2 * GIB), int(14.8 * GIB)
+    status = ReplicaStatus(replica_id=str(replica.id), deployment_id=str(deployment.id), stage="echo",
+                           state="LOADING", progress=loaded / total, phase="loading weights",
+                           weights_loaded_bytes=loaded, weights_total_bytes=total)  # fmt: skip
+    beat(client, key, msgspec.to_builtins(status))
+    try:
+        panel = alice_client.get(reverse("console:deployment-panel", args=["weights"])).content.decode()
+    finally:
+        client.delete(key)
+    assert "1.2 of 14.8 GiB" in panel and 'data-load-progress="8"' in panel and "loading weights" in panel
+
+
+@pytest.fixture
+def slow_weights_stack(platform_env, tmp_path, pipelines, settings):
+    """A live platform whose replica hosts read weights slowly (a pause after each tensor)."""
+    env = {**platform_env, "OMNISTAGE_TEST_WEIGHT_READ_DELAY_S": "0.4", "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+           "OMNISTAGE_HEARTBEAT_TTL": "15"}  # fmt: skip
+    stack = ConsoleStack(env, tmp_path)
+    settings.REDIS_URL = stack.redis.url
+    yield stack
+    Deployment.objects.update(desired_state="STOPPED")
+    stack.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_live_replica_shows_its_weights_loading_then_reports_them_all(
+    slow_weights_stack, alice_client, repo_tiny_models, tmp_path
+):
+    checkpoint = shutil.copytree(repo_tiny_models / "qwen2", tmp_path / "qwen2")
+    size = (checkpoint / "model.safetensors").stat().st_size
+    deployment_create(name="slow-llm", pipeline=Pipeline.objects.get(name="llm"), model_dir=str(checkpoint),
+                      deploy_config={})  # fmt: skip
+
+    def loading_bytes():
+        panel = alice_client.get(reverse("console:deployment-panel", args=["slow-llm"])).content.decode()
+        shown = re.search(r"data-load-bytes>(\d+\.\d) of (\d+\.\d) MiB<", panel)
+        return (shown, panel) if shown and float(shown.group(1)) < float(shown.group(2)) else None
+
+    try:
+        shown, panel = wait_for(loading_bytes, timeout=180, interval=0.2, what="the weights' bytes on the page")
+    except TimeoutError:
+        print(slow_weights_stack.logs())
+        raise
+    assert float(shown.group(2)) == round(size / (1 << 20), 1) and "loading weights" in panel
+    width = int(re.search(r'data-load-progress="(\d+)"', panel).group(1))
+    assert 0 <= width < 100
+
+    deployment = wait_running("slow-llm", slow_weights_stack)
+    row = ReplicaOutput(deployment.replicas.get()).data  # the REST representation
+    assert row["weights_total_bytes"] == size and row["weights_loaded_bytes"] == size

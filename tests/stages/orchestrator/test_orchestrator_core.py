@@ -251,6 +251,21 @@ def test_the_next_stage_runs_on_the_host_of_the_stage_feeding_it_when_one_of_its
     assert of_type(output(apart, "r5", seq=0, text="a"), SendToReplica)[0].replica_id == "f-a"  # none on its host
 
 
+def test_a_newcomer_goes_to_the_host_running_fewer_requests_once_the_entry_stage_has_let_go():
+    core = make_core("chain", replicas={"echo": [], "echo2": []})
+    hosts = {"e-a": "host-a", "e-b": "host-b", "f-a": "host-a", "f-b": "host-b"}
+    for replica_id, host in hosts.items():
+        stage = "echo" if replica_id.startswith("e") else "echo2"
+        core.handle(ReplicaUp(replica_id=replica_id, deployment_id=DEPLOYMENT, stage=stage, host=host))
+    first = of_type(submit(core, "r1"), SendToReplica)[0].replica_id
+    output(core, "r1", seq=0, text="a b c", finished=True)  # the entry stage is done, its next stage runs on
+    second = of_type(submit(core, "r2"), SendToReplica)[0].replica_id
+    assert hosts[second] != hosts[first]
+    output(core, "r2", seq=0, text="a b c", finished=True)
+    third = of_type(submit(core, "r3"), SendToReplica)[0].replica_id
+    assert third == first  # a tie between idle entry replicas goes to the least recently chosen
+
+
 def test_replica_down_before_client_output_reroutes_under_a_new_wire_id():
     core = make_core("chain", replicas={"echo": ["e-a", "e-b"], "echo2": ["f-a"]})
     (send,) = of_type(submit(core), SendToReplica)
