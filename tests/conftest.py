@@ -4,12 +4,14 @@ database's URL for live processes, and the environment those processes run with.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
 from procs import METRICS_TOKEN, REPO, RedisServer, stop_all
+from tiny_checkpoints import tiny_checkpoint
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -48,9 +50,10 @@ def database_url(transactional_db) -> str:
 
 
 @pytest.fixture
-def platform_env(database_url, tmp_path, tmp_path_factory) -> dict[str, str]:
+def platform_env(database_url, tmp_path_factory) -> dict[str, str]:
     """Environment for live platform processes: the test database, fast heartbeats; checkpoints
-    the tests build under their temporary directories may be deployed."""
+    the tests build under their temporary directories may be deployed. The same for every test
+    (a stack shared by several tests is one of this environment: tests/live_stack.py)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "DJANGO_SETTINGS"))}
     env.update(
         DATABASE_URL=database_url,
@@ -76,19 +79,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test's own teardown: stop the shared live stacks the next test leaves idle."""
+    from live_stack import close_idle_stacks
+
+    result = yield
+    close_idle_stacks(nextitem)
+    return result
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Stop any live server a failed fixture left running (it would hold ports and connections)."""
     stop_all()
 
 
 @pytest.fixture(scope="session")
-def repo_tiny_models():
+def repo_tiny_models() -> Path:
     """The tiny demo checkpoints the tests open under the repository's var/models (where `make run`
     builds them): built once per run if a clean checkout has none (complete ones are kept)."""
-    import subprocess
-
-    from procs import PYTHON
-
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(REPO / "var" / "models"), "--only", "qwen2", "qwen2_5_omni"],
-                   cwd=REPO, check=True, capture_output=True)  # fmt: skip
+    for name in ("qwen2", "qwen2_5_omni"):
+        tiny_checkpoint(name)
     return REPO / "var" / "models"
+
+
+@pytest.fixture(scope="session")
+def tiny_omni() -> Path:
+    """The tiny Qwen2.5-Omni checkpoint (thinker, talker, token2wav), shared by the whole run."""
+    return tiny_checkpoint("qwen2_5_omni")

@@ -100,12 +100,14 @@ class Proc:
 
     running: set[Proc] = set()
 
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO):
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO, pass_fds: tuple[int, ...] = ()
+    ):
         self.log = log
         self.handle = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             argv, env=env, cwd=cwd, stdout=self.handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, pass_fds=pass_fds,
         )  # fmt: skip
         Proc.running.add(self)
 
@@ -122,9 +124,11 @@ class Proc:
         except ProcessLookupError:
             pass
 
-    def stop(self, timeout: float = 15.0) -> int:
+    def stop(self, timeout: float = 15.0, *, terminated: bool = False) -> int:
+        """SIGTERM (unless `terminated`: it was sent already), then SIGKILL after `timeout`."""
         if self.process.poll() is None:
-            self.signal(signal.SIGTERM)
+            if not terminated:
+                self.signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -135,9 +139,18 @@ class Proc:
         return self.process.returncode
 
 
+def stop_together(procs: list[Proc], timeout: float = 15.0) -> None:
+    """Stop the processes side by side: SIGTERM to each, then wait for each (a stack's shutdown takes
+    as long as its slowest process, not the sum of them all)."""
+    running = [proc for proc in procs if proc.process.poll() is None]
+    for proc in running:
+        proc.signal(signal.SIGTERM)
+    for proc in procs:
+        proc.stop(timeout, terminated=proc in running)
+
+
 def stop_all() -> None:
-    for proc in list(Proc.running):
-        proc.stop(timeout=5)
+    stop_together(list(Proc.running), timeout=5)
 
 
 def stop_live(stop_deployments: Callable[[], None], procs: list[Proc], redis_server: RedisServer) -> None:
@@ -149,8 +162,7 @@ def stop_live(stop_deployments: Callable[[], None], procs: list[Proc], redis_ser
     except Exception as error:
         print(f"could not stop the deployments: {error!r}")
     finally:
-        for proc in procs:
-            proc.stop()
+        stop_together(procs)
         redis_server.stop()
 
 

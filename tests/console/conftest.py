@@ -3,10 +3,9 @@ and a live platform (private redis-server, Celery worker, orchestrator, daphne).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from console_stack import ConsoleStack
+from live_stack import SharedStack
 
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
 
@@ -50,16 +49,27 @@ def root_client(client, root):
     return client
 
 
-@pytest.fixture
-def console_stack(platform_env, tmp_path, pipelines, settings):
-    env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
-    # replicas that load torch on a busy machine must not be declared dead: no failure detection is tested here
-    env.update(OMNISTAGE_HEARTBEAT_INTERVAL="0.5", OMNISTAGE_HEARTBEAT_TTL="15")
-    stack = ConsoleStack(env, tmp_path)
-    settings.REDIS_URL = stack.redis.url  # in-process consumers talk to the same Redis
-    yield stack
-    from control_plane.deployments.models import Deployment
+@pytest.fixture(scope="session")
+def console_platform(django_db_setup, tmp_path_factory):
+    """The console tests' processes, shared by consecutive tests (`console_stack`; tests/live_stack.py).
+    Stopped before the test database goes (hence django_db_setup)."""
 
-    Deployment.objects.update(desired_state="STOPPED")
-    time.sleep(1.0)
-    stack.stop()
+    def start(platform_env: dict[str, str]) -> ConsoleStack:
+        env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
+        # replicas that load torch on a busy machine must not be declared dead: no failure detection is tested here
+        env.update(OMNISTAGE_HEARTBEAT_INTERVAL="0.5", OMNISTAGE_HEARTBEAT_TTL="15")
+        return ConsoleStack(env, tmp_path_factory.mktemp("console-platform"))
+
+    shared = SharedStack(start)
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def console_stack(console_platform, platform_env, pipelines, settings, request):
+    stack = console_platform.acquire(platform_env, request)
+    settings.REDIS_URL = stack.redis.url  # in-process consumers talk to the same Redis
+    try:
+        yield stack
+    finally:
+        console_platform.release()

@@ -1,47 +1,34 @@
-"""A live platform for the console tests: a private redis-server, a Celery worker, the
-orchestrator, the history writer and daphne (the runtime tests' Stack pattern)."""
+"""A live platform for the console tests (tests/live_stack.py), shared by consecutive tests: a
+private redis-server, a Celery worker, the orchestrator, the history writer and daphne."""
 
 from __future__ import annotations
 
-import time
-
-import httpx
-from history_testing import HISTORY_WRITER, history_written
-from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+from live_stack import LiveStack
+from procs import wait_for
 
 
-class ConsoleStack:
+class ConsoleStack(LiveStack):
     """The platform's processes on a private Redis, so that no other test run shares its queues."""
 
     def __init__(self, env: dict, tmp_path):
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env = {**env, "REDIS_URL": self.redis.url}
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.procs = [
-            self._proc("worker", [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1",
-                                  "-n", "console@%h", "--without-mingle", "--without-gossip", "-l", "WARNING"]),
-            self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"]),
-            self._proc("history", HISTORY_WRITER),
-            self._proc("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                               "control_plane.asgi:application"]),
-        ]  # fmt: skip
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
+        super().__init__({**env}, tmp_path, worker_node="console")
 
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
+    def deployments(self) -> list[dict]:
+        from control_plane.deployments.models import Deployment
 
-    def history_written(self) -> None:
-        history_written(self.redis.url)
+        return list(Deployment.objects.values("name", "state"))
+
+    def stop_deployment(self, name: str) -> None:
+        from control_plane.deployments.models import Deployment
+        from control_plane.deployments.services import deployment_stop
+
+        deployment_stop(deployment=Deployment.objects.get(name=name))  # the reconciler stops its replicas
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in self.tmp.glob("*.log"))
+        return super().logs(tail=3000)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.stop()
-        self.redis.stop()
+        self.stop_processes()
 
 
 def wait_running(name: str, stack: ConsoleStack, timeout: float = 120):
@@ -54,7 +41,7 @@ def wait_running(name: str, stack: ConsoleStack, timeout: float = 120):
         return deployment if deployment.state == "RUNNING" else None
 
     try:
-        return wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+        return wait_for(running, timeout=timeout, interval=0.1, what=f"{name} RUNNING")
     except TimeoutError:
         print(stack.logs())
         raise

@@ -11,7 +11,6 @@ a tiny Wan deployment. Screenshots of every page go to test-artifacts/console/.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -20,7 +19,6 @@ import pytest
 from console_browser import chromium_page, shot, watched
 from console_data import SCRIPT
 from dashboard_reading import dashboard_numbers
-from django.conf import settings
 from django.utils import timezone
 from page_probes import (
     CHOOSE_DEPLOYMENT,
@@ -30,7 +28,8 @@ from page_probes import (
     WATCH_BARS,
     WATCH_REPLY_TEXT,
 )
-from procs import PYTHON, REPO, wait_for
+from procs import wait_for
+from tiny_checkpoints import tiny_checkpoint
 
 from control_plane.deployments.models import Deployment, Pipeline
 from control_plane.deployments.services import deployment_create
@@ -47,13 +46,6 @@ IMAGE_PROMPT = f"a lighthouse {SCRIPT}"
 PLAYGROUNDS = {"chat": "#prompt", "image": "#prompt", "speech": "#input", "video": "#prompt"}
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def tiny_checkpoint(name: str) -> Path:
-    """A tiny checkpoint under the models dir (built once; `make run` shares it)."""
-    root = Path(settings.MODELS_DIR)
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", name], cwd=REPO, check=True)
-    return root / name
 
 
 @pytest.fixture(scope="session")

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import subprocess
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from console_stack import wait_running
-from django.conf import settings
 from django.test import Client
-from procs import PYTHON, REPO
+from tiny_checkpoints import tiny_checkpoint
 
 from control_plane.accounts.models import UsageRecord
 from control_plane.asgi import application
@@ -198,9 +196,7 @@ def test_speech_attachments_and_a_stopped_run(console_stack, alice):
 
 @pytest.fixture(scope="session")
 def tiny_video_model() -> Path:
-    root = Path(settings.MODELS_DIR)
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "wan"], cwd=REPO, check=True)
-    return root / "wan"
+    return tiny_checkpoint("wan")
 
 
 async def _video_checks(headers) -> list[dict]:

@@ -21,8 +21,10 @@ _realtime = _load("realtime_conftest", "realtime")
 
 serving_pipeline_definitions = _serving.serving_pipeline_definitions
 serving_users = _serving.serving_users
+serving_platform = _serving.serving_platform
 serving_stack = _serving.serving_stack
 echo_stack = _serving.echo_stack
 realtime_users = _realtime.realtime_users
+realtime_platform = _realtime.realtime_platform
 realtime_stack = _realtime.realtime_stack
 voice_stack = _realtime.voice_stack

@@ -3,10 +3,8 @@ reproducible by seed, and users' JSONL files with errors that name the line."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from procs import PYTHON, REPO
+from tiny_checkpoints import tiny_checkpoint
 
 from client.bench.prompts import PromptError, dataset_prompts, random_prompts
 from client.bench.tokenizer import LocalTokenizer
@@ -15,16 +13,13 @@ pytestmark = pytest.mark.slow  # builds a tiny checkpoint for its tokenizer
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2", "sd3"], cwd=REPO, check=True,
-                   capture_output=True)  # fmt: skip
-    return root
+def tiny_models():
+    return {name: tiny_checkpoint(name) for name in ("qwen2", "sd3")}
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_models) -> LocalTokenizer:
-    return LocalTokenizer.from_dir(tiny_models / "qwen2")
+    return LocalTokenizer.from_dir(tiny_models["qwen2"])
 
 
 @pytest.mark.parametrize("length", [1, 7, 128])
@@ -36,7 +31,7 @@ def test_random_prompts_have_exactly_the_input_length(tokenizer, length):
 
 
 def test_a_tokenizer_that_rewrites_its_text_still_gets_exact_lengths(tiny_models):
-    clip = LocalTokenizer.from_dir(tiny_models / "sd3")  # lower-cases, word-level pieces: tokenizer/tokenizer.json
+    clip = LocalTokenizer.from_dir(tiny_models["sd3"])  # lower-cases, word-level pieces: tokenizer/tokenizer.json
     assert clip.path.parent.name == "tokenizer"
     prompts = random_prompts(10, 16, seed=0, tokenizer=clip)
     assert {len(clip.encode(p.text)) for p in prompts} == {16}

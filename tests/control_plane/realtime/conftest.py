@@ -1,65 +1,29 @@
-"""A live platform for the realtime tests (the runtime tests' pattern): a private
-redis-server, a real Celery worker pool, the orchestrator and daphne; an `echo-voice`
-deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit mono; the tiny
-Qwen2.5-Omni checkpoint."""
+"""A live platform for the realtime tests (tests/live_stack.py), started once and shared by them
+all: a private redis-server, a real Celery worker pool, the orchestrator, the history writer and
+daphne; an `echo-voice` deployment; API keys; a spoken WAV made by espeak-ng, at 24 kHz 16-bit
+mono (the tiny Qwen2.5-Omni checkpoint, `tiny_omni`, is the whole run's: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import wave
 
-import httpx
 import numpy as np
 import pytest
-from history_testing import HISTORY_WRITER, history_written
-from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, unavailable, wait_for
+from live_stack import KeyedStack, SharedStack
+from procs import unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
 from stages.resampling import resample
 
-WS_MAX_MESSAGE = 16 * 1024 * 1024
 VOICE_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01}}, "voice": {"options": {"delay_s": 0.01}}}}
 
 
-class RealtimeStack:
-    def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
-        self.env = env
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env["REDIS_URL"] = self.redis.url
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.ws_base = f"ws://127.0.0.1:{self.port}"
-        self.operator_secret = operator_secret
-        self.user_secret = user_secret
-        self.procs: dict[str, Proc] = {}
-        self.procs["worker"] = self._proc(
-            "worker",
-            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "realtime@%h",
-             "--without-mingle", "--without-gossip", "-l", "WARNING"],
-        )  # fmt: skip
-        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
-        self.procs["history"] = self._proc("history", HISTORY_WRITER)
-        self.procs["web"] = self._proc(
-            "web",
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "--websocket-max-message-size", str(WS_MAX_MESSAGE), "--websocket-max-frame-size", str(WS_MAX_MESSAGE),
-             "control_plane.asgi:application"],
-        )  # fmt: skip
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
-
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
-
-    def history_written(self) -> None:
-        history_written(self.redis.url)
-
-    def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
-        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=60, **kwargs)
+class RealtimeStack(KeyedStack):
+    def __init__(self, env: dict, tmp_path):
+        super().__init__(env, tmp_path, worker_node="realtime")
 
     def deploy(self, name: str, pipeline: str, deploy_config: dict | None = None, model_dir: str = "-") -> None:
         body = {"name": name, "pipeline": pipeline, "model_dir": model_dir, "deploy_config": deploy_config or {}}
@@ -73,20 +37,10 @@ class RealtimeStack:
                 body = self.http("GET", f"/api/deployments/{name}/", secret=self.operator_secret).json()
                 return body["state"] == "RUNNING"
 
-            wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+            wait_for(running, timeout=timeout, interval=0.1, what=f"{name} RUNNING")
 
     def ws_url(self, model: str) -> str:
         return f"{self.ws_base}/v1/realtime?model={model}"
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
-
-    def stop(self) -> None:
-        stop_live(self._stop_deployments, list(self.procs.values()), self.redis)
-
-    def _stop_deployments(self) -> None:
-        for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
-            self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
 
 
 @pytest.fixture
@@ -101,24 +55,40 @@ def realtime_users(transactional_db, django_user_model):
     return {"operator": (operator, operator_secret), "user": (user, user_secret)}
 
 
+@pytest.fixture(scope="session")
+def realtime_platform(django_db_setup, tmp_path_factory):
+    """The realtime tests' processes, shared by consecutive tests (`realtime_stack`;
+    tests/live_stack.py): each test's users, keys and deployments are its own. Stopped before the
+    test database goes (hence django_db_setup)."""
+
+    def start(platform_env: dict[str, str]) -> RealtimeStack:
+        tmp = tmp_path_factory.mktemp("realtime-platform")
+        env = {
+            **platform_env,
+            "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+            "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+            "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
+            # replicas on a busy machine must not be declared dead: no failure detection is tested here
+            "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+            "OMNISTAGE_HEARTBEAT_TTL": "15",
+        }
+        return RealtimeStack(env, tmp)
+
+    shared = SharedStack(start)
+    yield shared
+    shared.close()
+
+
 @pytest.fixture
-def realtime_stack(platform_env, tmp_path, realtime_users, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    env = {
-        **platform_env,
-        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
-        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
-        "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
-        # replicas on a busy machine must not be declared dead: no failure detection is tested here
-        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-        "OMNISTAGE_HEARTBEAT_TTL": "15",
-    }
-    live = RealtimeStack(env, tmp_path, realtime_users["operator"][1], realtime_users["user"][1])
+def realtime_stack(realtime_platform, platform_env, realtime_users, settings, request):
+    live = realtime_platform.acquire(platform_env, request)
+    live.use_keys(realtime_users["operator"][1], realtime_users["user"][1])
+    settings.MEDIA_ROOT = live.tmp / "media"
     try:
         yield live
     finally:
         print(live.logs())  # shown by pytest only when the test failed
-        live.stop()
+        realtime_platform.release()
 
 
 @pytest.fixture
@@ -140,11 +110,3 @@ def spoken_hello(tmp_path_factory) -> np.ndarray:
         rate = reader.getframerate()
         pcm = np.frombuffer(reader.readframes(reader.getnframes()), dtype="<i2")
     return resample(pcm.astype(np.float32) / 32768.0, rate, 24000)
-
-
-@pytest.fixture(scope="session")
-def tiny_omni(tmp_path_factory):
-    """The tiny Qwen2.5-Omni checkpoint (thinker, talker, token2wav), built once per run."""
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    return root / "qwen2_5_omni"

@@ -31,9 +31,18 @@ async def spoken_turn(ws, speech: np.ndarray) -> tuple[dict, bytes]:
     return events[-1]["response"], audio
 
 
-async def test_ten_spoken_turns_all_get_audio(realtime_stack, tiny_omni, spoken_hello):
+@pytest.mark.timeout(1200)  # two long conversations on a loaded machine: what two tests had between them
+async def test_auto_truncation_keeps_every_turn_spoken_and_disabled_fails_the_overflowing_one(
+    realtime_stack, tiny_omni, spoken_hello
+):
+    """Both sessions on one deployment (each is a session of its own): the checkpoint loads once."""
     realtime_stack.deploy("omni", "qwen2_5_omni", SMALL_WINDOW, model_dir=str(tiny_omni))
     realtime_stack.wait_running("omni", timeout=600)
+    await ten_spoken_turns_all_get_audio(realtime_stack, spoken_hello)
+    await disabled_truncation_fails_the_overflowing_turn(realtime_stack, spoken_hello)
+
+
+async def ten_spoken_turns_all_get_audio(realtime_stack, spoken_hello):
     async with connect(realtime_stack.ws_url("omni"), max_size=None,
                        additional_headers={"Authorization": f"Bearer {realtime_stack.user_secret}"}) as ws:  # fmt: skip
         created = await events_until(ws, "session.created")
@@ -49,9 +58,7 @@ async def test_ten_spoken_turns_all_get_audio(realtime_stack, tiny_omni, spoken_
     assert prompt_tokens[3] > prompt_tokens[0], prompt_tokens  # ... and were in it while they fitted
 
 
-async def test_disabled_truncation_fails_the_overflowing_turn(realtime_stack, tiny_omni, spoken_hello):
-    realtime_stack.deploy("omni", "qwen2_5_omni", SMALL_WINDOW, model_dir=str(tiny_omni))
-    realtime_stack.wait_running("omni", timeout=600)
+async def disabled_truncation_fails_the_overflowing_turn(realtime_stack, spoken_hello):
     async with connect(realtime_stack.ws_url("omni"), max_size=None,
                        additional_headers={"Authorization": f"Bearer {realtime_stack.user_secret}"}) as ws:  # fmt: skip
         await events_until(ws, "session.created")

@@ -1,13 +1,12 @@
-"""A live platform for runtime tests: a private redis-server (so a test can restart it),
-a Celery worker pool, the orchestrator and daphne, all real processes."""
+"""A live platform for runtime tests (tests/live_stack.py): a private redis-server (so a test can
+restart it), a Celery worker pool, the orchestrator and daphne, all real processes."""
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
-from procs import PYTHON, Proc, RedisServer, free_port, wait_for
+from live_stack import LiveStack, SharedStack
+from procs import wait_for
 from reconciler_testing import Lifecycle
 
 from control_plane.accounts.services import api_key_create
@@ -39,36 +38,17 @@ def operator(transactional_db, django_user_model):
     return user, secret
 
 
-class Stack:
-    def __init__(self, env: dict, tmp_path, secret: str):
-        self.env = env
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env["REDIS_URL"] = self.redis.url
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+class Stack(LiveStack):
+    """The platform without the history writer (no runtime test reads request history), driven with
+    the operator key of the test using it (`use_key`)."""
+
+    headers: dict[str, str] = {}
+
+    def __init__(self, env: dict, tmp_path):
+        super().__init__(env, tmp_path, worker_node="rt", history=False)
+
+    def use_key(self, secret: str) -> None:
         self.headers = {"Authorization": f"Bearer {secret}"}
-        self.procs: dict[str, Proc] = {}
-        self.start_worker()
-        self.start_orchestrator()
-        self.procs["web"] = self._proc(
-            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "control_plane.asgi:application"]
-        )
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
-
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
-
-    def start_worker(self) -> None:
-        self.procs["worker"] = self._proc(
-            "worker",
-            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "rt@%h",
-             "--without-mingle", "--without-gossip", "-l", "WARNING"],
-        )  # fmt: skip
-
-    def start_orchestrator(self, name: str = "orchestrator") -> Proc:
-        self.procs[name] = self._proc(name, [PYTHON, "manage.py", "orchestrator"])
-        return self.procs[name]
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
         return httpx.request(method, f"{self.base}{path}", headers=self.headers, timeout=30, **kwargs)
@@ -85,28 +65,44 @@ class Stack:
             return body if body["state"] == state else None
 
         try:
-            return wait_for(reached, timeout=timeout, interval=0.3, what=f"{name} {state}")
+            return wait_for(reached, timeout=timeout, interval=0.1, what=f"{name} {state}")
         except TimeoutError:
             print(self.api("GET", f"/api/deployments/{name}/").json())
             print(self.logs())
             raise
 
-    def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-4000:]}" for log in self.tmp.glob("*.log"))
+    def deployments(self) -> list[dict]:
+        response = self.api("GET", "/api/deployments/")
+        assert response.status_code == 200, response.text
+        return response.json()
 
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            proc.stop()
-        self.redis.stop()
+    def stop_deployment(self, name: str) -> None:
+        self.api("POST", f"/api/deployments/{name}/stop/")
+
+    def logs(self) -> str:
+        return super().logs(tail=4000)
+
+
+@pytest.fixture(scope="session")
+def runtime_platform(django_db_setup, tmp_path_factory):
+    """The runtime tests' processes, shared by them (`stack`): each test's operator and deployments are
+    its own; a test that stops a process or Redis and leaves it stopped makes the next one start a
+    fresh stack. Stopped before the test database goes (hence django_db_setup)."""
+
+    def start(platform_env: dict[str, str]) -> Stack:
+        env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
+        return Stack(env, tmp_path_factory.mktemp("runtime-platform"))
+
+    shared = SharedStack(start)
+    yield shared
+    shared.close()
 
 
 @pytest.fixture
-def stack(platform_env, tmp_path, pipelines, operator):
-    env = {**platform_env, "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1", "OMNISTAGE_REQUEST_STREAM_TTL_S": "120"}
-    live = Stack(env, tmp_path, operator[1])
-    yield live
-    # stop the replica hosts through their deployments, then the processes
-    for deployment in live.api("GET", "/api/deployments/").json():
-        live.api("POST", f"/api/deployments/{deployment['name']}/stop/")
-    time.sleep(0.5)
-    live.stop()
+def stack(runtime_platform, platform_env, pipelines, operator, request):
+    live = runtime_platform.acquire(platform_env, request)
+    live.use_key(operator[1])
+    try:
+        yield live
+    finally:
+        runtime_platform.release()

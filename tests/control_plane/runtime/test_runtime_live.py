@@ -13,6 +13,7 @@ import redis
 import redis.asyncio
 from procs import wait_for
 from runtime_serving import collect, request, text_of
+from tiny_checkpoints import tiny_checkpoint
 
 from control_plane.orchestrator.serving import ServingUnavailable, serve
 from stages import streams
@@ -35,13 +36,8 @@ def test_a_deployment_created_through_rest_serves_streamed_requests(stack):
     assert messages[-1].summary.metrics["e2el_s"] > 0
 
 
-def test_the_tiny_llm_deployment_serves_through_the_torch_engine(stack, tmp_path):
-    import subprocess
-
-    from procs import PYTHON, REPO
-
-    model_dir = tmp_path / "qwen2"
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(tmp_path), "--only", "qwen2"], cwd=REPO, check=True)
+def test_the_tiny_llm_deployment_serves_through_the_torch_engine(stack):
+    model_dir = tiny_checkpoint("qwen2")
     running_name = "tiny-llm"
     stack.deploy(running_name, "llm", model_dir=str(model_dir))
     running = stack.wait_state(running_name, "RUNNING", timeout=180)

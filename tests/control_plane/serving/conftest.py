@@ -1,17 +1,14 @@
-"""A live platform for the /v1 tests (the runtime tests' pattern): a private redis-server,
-a real Celery worker pool, the orchestrator and daphne on a free port; echo deployments
-created through REST; API keys for an operator and for a plain user; the tiny Qwen2.5-Omni."""
+"""A live platform for the /v1 tests (tests/live_stack.py): a private redis-server, a real
+Celery worker pool, the orchestrator, the history writer and daphne on a free port; echo deployments
+created through REST; API keys for an operator and for a plain user (the tiny Qwen2.5-Omni,
+`tiny_omni`, is the whole run's: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import subprocess
-import time
-
-import httpx
 import pytest
-from history_testing import HISTORY_WRITER, history_written
+from live_stack import KeyedStack, SharedStack
 from openai import OpenAI
-from procs import PYTHON, REPO, Proc, RedisServer, free_port, stop_live, wait_for
+from procs import wait_for
 
 from control_plane.accounts.services import api_key_create
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
@@ -20,58 +17,18 @@ ECHO_OPTIONS = {"stages": {"echo": {"options": {"delay_s": 0.01, "tokens_per_ste
 
 
 @pytest.fixture(scope="session")
-def tiny_omni(tmp_path_factory):
-    """The tiny Qwen2.5-Omni checkpoint (thinker, talker, token2wav), built once per run."""
-    root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    return root / "qwen2_5_omni"
-
-
-@pytest.fixture(scope="session")
 def serving_pipeline_definitions():
     return discover_pipelines()
 
 
-class ServingStack:
-    def __init__(self, env: dict, tmp_path, operator_secret: str, user_secret: str):
-        self.env = env
-        self.tmp = tmp_path
-        self.redis = RedisServer(tmp_path / "redis").start()
-        self.env["REDIS_URL"] = self.redis.url
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.operator_secret = operator_secret
-        self.user_secret = user_secret
-        self.procs: dict[str, Proc] = {}
-        self.procs["worker"] = self._proc(
-            "worker",
-            [PYTHON, "-m", "celery", "-A", "control_plane", "worker", "-Q", "cpu", "-c", "1", "-n", "serving@%h",
-             "--without-mingle", "--without-gossip", "-l", "WARNING"],
-        )  # fmt: skip
-        self.procs["orchestrator"] = self._proc("orchestrator", [PYTHON, "manage.py", "orchestrator"])
-        self.procs["history"] = self._proc("history", HISTORY_WRITER)
-        self.start_web()
-
-    def start_web(self) -> None:
-        self.procs["web"] = self._proc(
-            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "control_plane.asgi:application"]
-        )
-        wait_for(lambda: httpx.get(f"{self.base}/health").status_code == 200, timeout=60, what="web up")
-
-    def _proc(self, name: str, argv: list[str]) -> Proc:
-        return Proc(argv, self.env, self.tmp / f"{name}-{time.monotonic_ns()}.log")
-
-    def history_written(self) -> None:
-        history_written(self.redis.url)
+class ServingStack(KeyedStack):
+    def __init__(self, env: dict, tmp_path):
+        super().__init__(env, tmp_path, worker_node="serving")
 
     def client(self, secret: str | None = None, **kwargs) -> OpenAI:
         kwargs.setdefault("max_retries", 0)
         kwargs.setdefault("timeout", 60)
         return OpenAI(base_url=f"{self.base}/v1", api_key=secret or self.user_secret, **kwargs)
-
-    def http(self, method: str, path: str, secret: str | None = None, **kwargs) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {secret or self.user_secret}", **kwargs.pop("headers", {})}
-        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs)
 
     def deploy(self, name: str, pipeline: str, model_dir: str = "-", deploy_config: dict | None = None) -> dict:
         body = {"name": name, "pipeline": pipeline, "model_dir": model_dir, "deploy_config": deploy_config or {}}
@@ -87,20 +44,10 @@ class ServingStack:
                 return body["state"] == "RUNNING"
 
             try:
-                wait_for(running, timeout=timeout, interval=0.3, what=f"{name} RUNNING")
+                wait_for(running, timeout=timeout, interval=0.1, what=f"{name} RUNNING")
             except TimeoutError:
                 print(self.logs())
                 raise
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}" for log in self.tmp.glob("*.log"))
-
-    def stop(self) -> None:
-        stop_live(self._stop_deployments, list(self.procs.values()), self.redis)
-
-    def _stop_deployments(self) -> None:
-        for deployment in self.http("GET", "/api/deployments/", secret=self.operator_secret).json():
-            self.http("POST", f"/api/deployments/{deployment['name']}/stop/", secret=self.operator_secret)
 
 
 @pytest.fixture
@@ -115,24 +62,41 @@ def serving_users(transactional_db, django_user_model, serving_pipeline_definiti
     return {"operator": (operator, operator_secret), "user": (user, user_secret)}
 
 
+@pytest.fixture(scope="session")
+def serving_platform(django_db_setup, tmp_path_factory):
+    """The /v1 tests' processes, shared by them (`serving_stack`): each test's users, keys and
+    deployments are its own; a test that stops a process starts it again, and a module that
+    overrides `platform_env` gets a stack of its own environment. Stopped before the test database
+    goes (hence django_db_setup)."""
+
+    def start(platform_env: dict[str, str]) -> ServingStack:
+        tmp = tmp_path_factory.mktemp("serving-platform")
+        env = {
+            **platform_env,
+            "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+            "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+            "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
+            # replicas on a busy machine must not be declared dead: no failure detection is tested here
+            "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+            "OMNISTAGE_HEARTBEAT_TTL": "15",
+        }
+        return ServingStack(env, tmp)
+
+    shared = SharedStack(start)
+    yield shared
+    shared.close()
+
+
 @pytest.fixture
-def serving_stack(platform_env, tmp_path, serving_users, settings):
-    settings.MEDIA_ROOT = tmp_path / "media"  # the test reads the artifacts the live server wrote
-    env = {
-        **platform_env,
-        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
-        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
-        "OMNISTAGE_MEDIA_ROOT": str(tmp_path / "media"),
-        # replicas on a busy machine must not be declared dead: no failure detection is tested here
-        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-        "OMNISTAGE_HEARTBEAT_TTL": "15",
-    }
-    live = ServingStack(env, tmp_path, serving_users["operator"][1], serving_users["user"][1])
+def serving_stack(serving_platform, platform_env, serving_users, settings, request):
+    live = serving_platform.acquire(platform_env, request)
+    live.use_keys(serving_users["operator"][1], serving_users["user"][1])
+    settings.MEDIA_ROOT = live.tmp / "media"  # the test reads the artifacts the live server wrote
     try:
         yield live
     finally:
         print(live.logs())  # shown by pytest only when the test failed
-        live.stop()
+        serving_platform.release()
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import base64
 import io
-import subprocess
 import wave
 
 import pytest
-from procs import PYTHON, REPO, wait_for
+from procs import wait_for
 
 from control_plane.inference.models import InferenceRequest
 from stages.models.dummy_weights import has_weights, without_weights
@@ -30,10 +29,9 @@ def platform_env(platform_env):
 
 
 @pytest.fixture(scope="module")
-def omni_configs(tmp_path_factory):
+def omni_configs(tiny_omni, tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2_5_omni"], cwd=REPO, check=True)
-    configs = without_weights(root / "qwen2_5_omni", root / "qwen2_5_omni_configs")
+    configs = without_weights(tiny_omni, root / "qwen2_5_omni_configs")
     assert not has_weights(configs)
     return configs
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import subprocess
 import time
 
 import httpx
@@ -15,7 +14,8 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
-from procs import PYTHON, REPO, wait_for
+from procs import wait_for
+from tiny_checkpoints import tiny_checkpoint
 
 from control_plane.inference.models import InferenceRequest
 
@@ -27,10 +27,8 @@ EDIT_LIMIT = 256
 
 
 @pytest.fixture(scope="session")
-def tiny_diffusion(tmp_path_factory):
-    root = tmp_path_factory.mktemp("serving-tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "sd3", "wan"], cwd=REPO, check=True)
-    return root
+def tiny_diffusion():
+    return {name: tiny_checkpoint(name) for name in ("sd3", "wan")}
 
 
 def test_images_and_video_jobs(serving_stack, tiny_diffusion):
@@ -41,10 +39,10 @@ def test_images_and_video_jobs(serving_stack, tiny_diffusion):
 def images_and_video_jobs(serving_stack, tiny_diffusion):
     limits = {"max_height": EDIT_LIMIT, "max_width": EDIT_LIMIT}
     serving_stack.deploy(
-        "tiny-image", "text_to_image", model_dir=str(tiny_diffusion / "sd3"),
+        "tiny-image", "text_to_image", model_dir=str(tiny_diffusion["sd3"]),
         deploy_config={"stages": {"dit": {"options": limits}}},
     )  # fmt: skip
-    serving_stack.deploy("tiny-video", "text_to_video", model_dir=str(tiny_diffusion / "wan"))
+    serving_stack.deploy("tiny-video", "text_to_video", model_dir=str(tiny_diffusion["wan"]))
     serving_stack.wait_running("tiny-image", "tiny-video", timeout=240)
     client = serving_stack.client(timeout=120)
 

@@ -24,6 +24,7 @@ RATE = 16000
 PIECE = 160
 
 
+@pytest.mark.fresh_platform  # its Prometheus totals (kept in the platform's Redis) count this test's requests only
 def test_speech_and_request_history(echo_stack, serving_users, settings):
     speech_plain_streamed_and_raw(echo_stack)
     history_rest_ownership_artifacts_signed_urls_metrics_and_retention(echo_stack, serving_users, settings)

@@ -6,12 +6,11 @@ memory of the replicas and of the device they run on."""
 
 from __future__ import annotations
 
-import subprocess
-
 import httpx
 import pytest
-from procs import METRICS_TOKEN, PYTHON, REPO, wait_for
+from procs import METRICS_TOKEN, wait_for
 from prometheus_client.parser import text_string_to_metric_families
+from tiny_checkpoints import tiny_checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.timeout(1200)]
 
@@ -20,10 +19,8 @@ OMNI_STAGES = {"thinker": "tokens", "talker": "tokens", "code2wav": "frames"}
 
 
 @pytest.fixture(scope="session")
-def tiny_sd3(tmp_path_factory):
-    root = tmp_path_factory.mktemp("metrics-tiny")
-    subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "sd3"], cwd=REPO, check=True)
-    return root / "sd3"
+def tiny_sd3():
+    return tiny_checkpoint("sd3")
 
 
 def scrape(stack) -> dict[str, list]:

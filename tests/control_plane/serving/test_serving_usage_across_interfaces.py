@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
 from django.test import Client
-from procs import PYTHON, REPO
+from procs import REPO
+from tiny_checkpoints import tiny_checkpoint
 from websockets.asyncio.client import connect
 
 from control_plane.accounts.models import UsageRecord
@@ -34,10 +33,7 @@ BACKENDS = {
 
 @pytest.fixture(scope="session")
 def tiny_llm() -> Path:
-    root = Path(settings.MODELS_DIR)
-    if not (root / "qwen2" / "config.json").exists():
-        subprocess.run([PYTHON, "-m", "stages.tiny", str(root), "--only", "qwen2"], cwd=REPO, check=True)
-    return root / "qwen2"
+    return tiny_checkpoint("qwen2")
 
 
 def thinker_prompt_tokens(model_dir: Path) -> int:

@@ -14,10 +14,13 @@ import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from control_plane.inference.redis_names import history_writer_heartbeat_pattern
+from control_plane.system.platform_components import (
+    history_writer_component,
+    orchestrator_component,
+    worker_component,
+)
 from control_plane.system.supervisor import Component, StartupError, Supervisor
 from control_plane.system.web_tier import listening_socket, web_components
-from stages import streams
 
 
 def embedded_redis_binary() -> str:
@@ -59,9 +62,9 @@ class Command(BaseCommand):
             if settings.EMBEDDED_REDIS:
                 supervisor.start(self._redis())
             if not options["no_worker"]:
-                supervisor.start(self._worker(options["pools"], options["concurrency"], env))
-            supervisor.start(self._orchestrator(env))
-            supervisor.start(self._history_writer(env))
+                supervisor.start(worker_component(options["pools"], options["concurrency"], env))
+            supervisor.start(orchestrator_component(env))
+            supervisor.start(history_writer_component(env))
             supervisor.start_group(
                 web_components(web_socket, options["web_processes"], env=env, access_log=settings.WEB_ACCESS_LOG)
             )
@@ -98,26 +101,3 @@ class Command(BaseCommand):
         ]  # fmt: skip
         client = redis.Redis(unix_socket_path=str(socket), socket_timeout=1)
         return Component("redis", argv, ready=lambda: bool(client.ping()))
-
-    def _worker(self, pools: str, concurrency: int, env: dict[str, str]) -> Component:
-        argv = [
-            sys.executable, "-m", "celery", "-A", "control_plane", "worker",
-            "-Q", pools, "-c", str(concurrency), "-n", f"{pools.split(',')[0]}@%h", "-l", "INFO",
-        ]  # fmt: skip
-        pattern = streams.pool_heartbeat_pattern()
-        return Component("worker", argv, ready=lambda: _any_key(pattern), ready_timeout_s=120, env=env, restart=True)
-
-    def _orchestrator(self, env: dict[str, str]) -> Component:
-        argv = [sys.executable, "manage.py", "orchestrator"]
-        pattern = streams.orchestrator_heartbeat_pattern()
-        return Component("orchestrator", argv, ready=lambda: _any_key(pattern), env=env, restart=True)
-
-    def _history_writer(self, env: dict[str, str]) -> Component:
-        argv = [sys.executable, "manage.py", "history_writer"]
-        ready = lambda: _any_key(history_writer_heartbeat_pattern())  # noqa: E731
-        return Component("history", argv, ready=ready, env=env, restart=True)
-
-
-def _any_key(pattern: str) -> bool:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
-    return next(client.scan_iter(match=pattern, count=100), None) is not None
