@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -23,6 +24,19 @@ from control_plane.system.web_tier import listening_socket, web_components
 
 QUICK_WORKER = ["--without-mingle", "--without-gossip"]
 """A single test worker has no peers to sync with: it skips the start-up round trips that wait for them."""
+
+
+def serving_env(platform_env: dict[str, str], tmp: Path) -> dict[str, str]:
+    """The environment of a stack that serves requests in tests: quick replica restarts, media under
+    `tmp`, and heartbeats a busy machine cannot starve (no failure detection is tested there)."""
+    return {
+        **platform_env,
+        "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
+        "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
+        "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
+        "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
+        "OMNISTAGE_HEARTBEAT_TTL": "15",
+    }
 
 
 class LiveStack:

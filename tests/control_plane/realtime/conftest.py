@@ -11,7 +11,7 @@ import wave
 
 import numpy as np
 import pytest
-from live_stack import KeyedStack, SharedStack
+from live_stack import KeyedStack, SharedStack, serving_env
 from procs import unavailable, wait_for
 
 from control_plane.accounts.services import api_key_create
@@ -63,16 +63,7 @@ def realtime_platform(django_db_setup, tmp_path_factory):
 
     def start(platform_env: dict[str, str]) -> RealtimeStack:
         tmp = tmp_path_factory.mktemp("realtime-platform")
-        env = {
-            **platform_env,
-            "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
-            "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
-            "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
-            # replicas on a busy machine must not be declared dead: no failure detection is tested here
-            "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-            "OMNISTAGE_HEARTBEAT_TTL": "15",
-        }
-        return RealtimeStack(env, tmp)
+        return RealtimeStack(serving_env(platform_env, tmp), tmp)
 
     shared = SharedStack(start)
     yield shared

@@ -6,7 +6,7 @@ created through REST; API keys for an operator and for a plain user (the tiny Qw
 from __future__ import annotations
 
 import pytest
-from live_stack import KeyedStack, SharedStack
+from live_stack import KeyedStack, SharedStack, serving_env
 from openai import OpenAI
 from procs import wait_for
 
@@ -71,16 +71,7 @@ def serving_platform(django_db_setup, tmp_path_factory):
 
     def start(platform_env: dict[str, str]) -> ServingStack:
         tmp = tmp_path_factory.mktemp("serving-platform")
-        env = {
-            **platform_env,
-            "OMNISTAGE_REPLICA_BACKOFF_BASE_S": "1",
-            "OMNISTAGE_REQUEST_STREAM_TTL_S": "120",
-            "OMNISTAGE_MEDIA_ROOT": str(tmp / "media"),
-            # replicas on a busy machine must not be declared dead: no failure detection is tested here
-            "OMNISTAGE_HEARTBEAT_INTERVAL": "0.5",
-            "OMNISTAGE_HEARTBEAT_TTL": "15",
-        }
-        return ServingStack(env, tmp)
+        return ServingStack(serving_env(platform_env, tmp), tmp)
 
     shared = SharedStack(start)
     yield shared
