@@ -107,22 +107,26 @@ def test_a_gpu_host_and_its_replica_from_heartbeats(alice_client, pipelines, set
     assert 'data-nav="devices"' in page
 
 
-@pytest.mark.django_db
-def test_a_loading_replica_shows_its_phase_and_a_down_redis_is_said(alice_client, pipelines, settings):
-    deployment = deployment_create(name="slow", pipeline=Pipeline.objects.get(name="echo"), model_dir="-",
+def loading_panel(client, settings, name: str, **status) -> str:
+    """The deployment panel of a new echo deployment whose replica is LOADING with this heartbeat."""
+    deployment = deployment_create(name=name, pipeline=Pipeline.objects.get(name="echo"), model_dir="-",
                                    deploy_config={})  # fmt: skip
     replica = deployment.replicas.get()
     replica.state = "LOADING"
     replica.save()
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    redis_client = redis.Redis.from_url(settings.REDIS_URL)
     key = streams.replica_heartbeat(str(replica.id))
-    status = ReplicaStatus(replica_id=str(replica.id), deployment_id=str(deployment.id), stage="echo",
-                           state="LOADING", progress=0.3, phase="importing the model family")  # fmt: skip
-    beat(client, key, msgspec.to_builtins(status))
+    beat(redis_client, key, msgspec.to_builtins(ReplicaStatus(
+        replica_id=str(replica.id), deployment_id=str(deployment.id), stage="echo", state="LOADING", **status)))  # fmt: skip
     try:
-        panel = alice_client.get(reverse("console:deployment-panel", args=["slow"])).content.decode()
+        return client.get(reverse("console:deployment-panel", args=[name])).content.decode()
     finally:
-        client.delete(key)
+        redis_client.delete(key)
+
+
+@pytest.mark.django_db
+def test_a_loading_replica_shows_its_phase_and_a_down_redis_is_said(alice_client, pipelines, settings):
+    panel = loading_panel(alice_client, settings, "slow", progress=0.3, phase="importing the model family")
     assert 'data-load-progress="30"' in panel and "importing the model family" in panel
 
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
@@ -133,22 +137,9 @@ def test_a_loading_replica_shows_its_phase_and_a_down_redis_is_said(alice_client
 
 @pytest.mark.django_db
 def test_a_loading_replica_shows_its_weights_bytes_of_the_total(alice_client, pipelines, settings):
-    deployment = deployment_create(name="weights", pipeline=Pipeline.objects.get(name="echo"), model_dir="-",
-                                   deploy_config={})  # fmt: skip
-    replica = deployment.replicas.get()
-    replica.state = "LOADING"
-    replica.save()
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    key = streams.replica_heartbeat(str(replica.id))
     loaded, total = int(1.2 * GIB), int(14.8 * GIB)
-    status = ReplicaStatus(replica_id=str(replica.id), deployment_id=str(deployment.id), stage="echo",
-                           state="LOADING", progress=loaded / total, phase="loading weights",
-                           weights_loaded_bytes=loaded, weights_total_bytes=total)  # fmt: skip
-    beat(client, key, msgspec.to_builtins(status))
-    try:
-        panel = alice_client.get(reverse("console:deployment-panel", args=["weights"])).content.decode()
-    finally:
-        client.delete(key)
+    panel = loading_panel(alice_client, settings, "weights", progress=loaded / total, phase="loading weights",
+                          weights_loaded_bytes=loaded, weights_total_bytes=total)  # fmt: skip
     assert "1.2 of 14.8 GiB" in panel and 'data-load-progress="8"' in panel and "loading weights" in panel
 
 
