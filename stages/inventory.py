@@ -10,13 +10,13 @@ plane runs it in a subprocess, as it does for the pipeline families.
 from __future__ import annotations
 
 import json
-import struct
 import sys
 from collections import Counter
 from pathlib import Path
 
 from stages.errors import ConfigError
 from stages.models import detect_family
+from stages.models.weight_reads import safetensors_header
 from stages.provenance import read_provenance
 
 CHECKPOINT_FILES = ("config.json", "model_index.json")
@@ -86,7 +86,7 @@ def _safetensors_summary(files: list[Path]) -> tuple[Counter, int]:
     dtypes: Counter = Counter()
     parameters = 0
     for file in files:
-        for name, tensor in _safetensors_header(file).items():
+        for name, tensor in safetensors_header(file).items():
             if name == "__metadata__":
                 continue
             count = 1
@@ -95,12 +95,6 @@ def _safetensors_summary(files: list[Path]) -> tuple[Counter, int]:
             parameters += count
             dtypes[SAFETENSORS_DTYPES.get(tensor["dtype"], tensor["dtype"].lower())] += count
     return dtypes, parameters
-
-
-def _safetensors_header(file: Path) -> dict:
-    with file.open("rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        return json.loads(handle.read(length))
 
 
 def _json(path: Path) -> dict:

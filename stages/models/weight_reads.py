@@ -74,13 +74,17 @@ def header_bytes(path: str | Path) -> int:
     return 8 + length
 
 
-def tensor_spans(path: str | Path) -> dict[str, int]:
-    """Each tensor's size in bytes, from a safetensors file's header."""
+def safetensors_header(path: str | Path) -> dict:
+    """A safetensors file's header: each tensor's dtype, shape and data offsets (and `__metadata__`)."""
     with open(path, "rb") as handle:
         (length,) = struct.unpack("<Q", handle.read(8))
-        header = json.loads(handle.read(length))
+        return json.loads(handle.read(length))
+
+
+def tensor_spans(path: str | Path) -> dict[str, int]:
+    """Each tensor's size in bytes, from a safetensors file's header."""
     return {key: entry["data_offsets"][1] - entry["data_offsets"][0]
-            for key, entry in header.items() if key != "__metadata__"}  # fmt: skip
+            for key, entry in safetensors_header(path).items() if key != "__metadata__"}  # fmt: skip
 
 
 def prefix_bytes(path: str | Path, prefix: str) -> int:
