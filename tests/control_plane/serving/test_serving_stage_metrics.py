@@ -62,12 +62,14 @@ def test_stage_series_have_values_after_requests_through_each_stage_kind(serving
     serving_stack.history_written()
 
     def stepped() -> dict | None:
-        """The scrape once every stage's heartbeat counted the requests' steps."""
+        """The scrape once every stage's heartbeat counted the requests' steps and both requests'
+        waits (`before` can predate the heartbeat that carried the warm-up)."""
         samples = scrape(serving_stack)
         stages = [("omni-metrics", stage) for stage in OMNI_STAGES] + [("image-metrics", "dit")]
         grew = all(
             value(samples, "omnistage_stage_step_seconds_count", deployment=d, stage=s)
             > value(before, "omnistage_stage_step_seconds_count", deployment=d, stage=s)
+            and value(samples, "omnistage_stage_queue_seconds_count", deployment=d, stage=s) >= 2
             for d, s in stages
         )
         return samples if grew else None
