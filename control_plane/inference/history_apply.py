@@ -9,12 +9,13 @@ that wins also feeds the Prometheus counters (metrics.py), so each request count
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connections, router, transaction
 
 from control_plane.accounts.models import ApiKey, UsageRecord
 from control_plane.deployments.models import Deployment
@@ -150,6 +151,10 @@ def _store_artifacts(events: Iterable[ArtifactStored]) -> None:
 
 
 def _close(event: RowClosed) -> bool:
+    """Close the row unless it is final already (the first ending wins): True when this did.
+
+    One prepared UPDATE per row instead of a queryset: a batch closes hundreds of rows, and
+    building and compiling a queryset for each cost more than the database's work."""
     fields = {
         "status": event.status,
         "http_status": event.http_status,
@@ -170,7 +175,25 @@ def _close(event: RowClosed) -> bool:
         fields["progress"] = event.progress
     if event.stage_metrics:
         fields["stage_metrics"] = event.stage_metrics
-    return bool(InferenceRequest.objects.filter(pk=event.row_id).exclude(status__in=FINAL_STATUSES).update(**fields))
+    connection = connections[router.db_for_write(InferenceRequest)]
+    meta = InferenceRequest._meta
+    params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in fields.items()]
+    params.append(meta.pk.get_db_prep_value(meta.pk.to_python(event.row_id), connection))
+    with connection.cursor() as cursor:
+        cursor.execute(_close_statement(connection.vendor, tuple(fields)), [*params, *FINAL_STATUSES])
+        return cursor.rowcount == 1
+
+
+@functools.cache
+def _close_statement(vendor: str, names: tuple[str, ...]) -> str:
+    quote = connections[router.db_for_write(InferenceRequest)].ops.quote_name
+    meta = InferenceRequest._meta
+    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
+    finals = ", ".join(["%s"] * len(FINAL_STATUSES))
+    return (
+        f"UPDATE {quote(meta.db_table)} SET {assignments} "
+        f"WHERE {quote(meta.pk.column)} = %s AND {quote(meta.get_field('status').column)} NOT IN ({finals})"
+    )
 
 
 def _record_usage(events: Iterable[UsageRecorded], existing: dict[str, set]) -> None:
@@ -194,7 +217,6 @@ def _observe(row_ids: list[str]) -> None:
     if not row_ids:
         return
     try:
-        for row in InferenceRequest.objects.filter(pk__in=row_ids):
-            metrics.observe(row)
+        metrics.observe(InferenceRequest.objects.filter(pk__in=row_ids).only(*metrics.ROW_FIELDS))
     except Exception:  # metrics never lose history
         log.exception("could not record the metrics of %d requests", len(row_ids))
