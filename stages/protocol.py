@@ -189,7 +189,9 @@ class ReplicaSpec(msgspec.Struct, kw_only=True):
     """Everything a replica host needs to build its stage engine (sent with the start task).
 
     Its configs travel typed: decoding a spec (the start task's argument, the host's `--spec-json`)
-    checks them once, and a malformed one is refused there, naming its field (`$.stage_deploy.dtype`)."""
+    refuses a malformed one (unknown field, wrong type, a pipeline failing its own checks), naming
+    the field (`$.stage_deploy.dtype`). The deploy configs' value ranges are checked where the host
+    places them on its device, so that a bad value is reported as the replica's permanent error."""
 
     replica_id: str
     deployment_id: str
