@@ -3,19 +3,20 @@
 Applying the same events twice (a redelivery after a writer crash, a reader catching up at
 the same time as the writer) leaves the database as applying them once: opens insert with
 ON CONFLICT DO NOTHING on the row's id, closes update only a row that is not final yet (the
-first ending wins), artifacts and usage records insert with their own unique keys. A closing
-that wins also feeds the Prometheus counters (metrics.py), so each request counts once.
+first ending wins), artifacts and usage records insert with their own unique keys. A row
+whose open, start and close are in one batch (most short requests) is inserted final, as one
+statement. A closing that wins also feeds the Prometheus counters (metrics.py), so each request
+counts once.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
-from django.db import connections, router, transaction
+from django.db import transaction
 
 from control_plane.accounts.models import ApiKey, UsageRecord
 from control_plane.deployments.models import Deployment
@@ -29,6 +30,11 @@ from control_plane.inference.history_events import (
     RowOpened,
     RowStarted,
     UsageRecorded,
+)
+from control_plane.inference.history_statements import (
+    close_unless_final,
+    insert_all_unless_present,
+    insert_unless_present,
 )
 from control_plane.inference.models import FINAL_STATUSES, Artifact, InferenceRequest, Status
 
@@ -45,16 +51,24 @@ def history_apply(events: Iterable[HistoryEvent]) -> int:
     Kinds in lifecycle order, rows in one order within a kind: two writers (a writer and a
     reader catching up) that overlap lock rows in the same order and cannot deadlock."""
     ordered = sorted(events, key=lambda event: (ORDER[type(event)], _subject(event)))
+    starts: dict[str, RowStarted] = {}
+    closes: dict[str, RowClosed] = {}
+    for event in ordered:
+        if isinstance(event, RowStarted):
+            starts.setdefault(event.row_id, event)
+        elif isinstance(event, RowClosed):
+            closes.setdefault(event.row_id, event)
     with transaction.atomic():
         existing = _existing_references(ordered)
-        _open([event for event in ordered if isinstance(event, RowOpened)], existing)
+        inserted = _open([event for event in ordered if isinstance(event, RowOpened)], existing, starts, closes)
         for event in ordered:
-            if isinstance(event, RowStarted):
+            if isinstance(event, RowStarted) and event.row_id not in inserted:
                 _start(event)
             elif isinstance(event, ParametersAdded):
                 _add_parameters(event)
         _store_artifacts(event for event in ordered if isinstance(event, ArtifactStored))
-        closed = [event.row_id for event in ordered if isinstance(event, RowClosed) and _close(event)]
+        closed = [row_id for row_id in inserted if row_id in closes]
+        closed += [row_id for row_id, event in closes.items() if row_id not in inserted and _close(event)]
         _record_usage((event for event in ordered if isinstance(event, UsageRecorded)), existing)
     _observe(closed)
     return len(closed)
@@ -88,36 +102,46 @@ def _present(model, keys: set) -> set:
     return set(model.objects.filter(pk__in=keys).values_list("pk", flat=True)) if keys else set()
 
 
-def _open(events: Iterable[RowOpened], existing: dict[str, set]) -> None:
-    rows = [
-        InferenceRequest(
-            id=event.id,
-            request_id=event.request_id,
-            route=event.route,
-            user_id=event.user_id if event.user_id in existing["user"] else None,
-            api_key_id=event.api_key_id if event.api_key_id in existing["key"] else None,
-            deployment_id=event.deployment_id if event.deployment_id in existing["deployment"] else None,
-            deployment_name=event.deployment_name,
-            stream=event.stream,
-            inputs=event.inputs,
-            parameters=event.parameters,
-            modalities=event.modalities,
-            status=event.status,
-            created_at=moment(event.created_at),
-            started_at=moment(event.started_at),
-            attempts=event.attempts,
-            lease_expires_at=moment(event.lease_expires_at),
-        )
-        for event in events
-    ]
-    if rows:
-        InferenceRequest.objects.bulk_create(rows, ignore_conflicts=True)
+def _open(
+    events: Iterable[RowOpened], existing: dict[str, set], starts: dict[str, RowStarted], closes: dict[str, RowClosed]
+) -> set[str]:
+    """Insert the rows that are new, each with its start and close when they are in the same
+    batch (a short request is then one INSERT); returns the ids of the rows inserted."""
+    inserted = set()
+    for event in events:
+        values = {
+            "id": event.id,
+            "request_id": event.request_id,
+            "route": event.route,
+            "user_id": event.user_id if event.user_id in existing["user"] else None,
+            "api_key_id": event.api_key_id if event.api_key_id in existing["key"] else None,
+            "deployment_id": event.deployment_id if event.deployment_id in existing["deployment"] else None,
+            "deployment_name": event.deployment_name,
+            "stream": event.stream,
+            "inputs": event.inputs,
+            "parameters": event.parameters,
+            "modalities": event.modalities,
+            "status": event.status,
+            "created_at": moment(event.created_at),
+            "started_at": moment(event.started_at),
+            "attempts": event.attempts,
+            "lease_expires_at": moment(event.lease_expires_at),
+        }
+        if event.id in starts:
+            values.update(_started_values(starts[event.id]))
+        if event.id in closes:
+            values.update(_closed_values(closes[event.id]))
+        if insert_unless_present(InferenceRequest, values):
+            inserted.add(event.id)
+    return inserted
 
 
 def _start(event: RowStarted) -> None:
-    InferenceRequest.objects.filter(pk=event.row_id).exclude(status__in=FINAL_STATUSES).update(
-        status=Status.RUNNING, started_at=moment(event.started_at), attempts=event.attempts
-    )
+    InferenceRequest.objects.filter(pk=event.row_id).exclude(status__in=FINAL_STATUSES).update(**_started_values(event))
+
+
+def _started_values(event: RowStarted) -> dict:
+    return {"status": Status.RUNNING, "started_at": moment(event.started_at), "attempts": event.attempts}
 
 
 def _add_parameters(event: ParametersAdded) -> None:
@@ -151,11 +175,12 @@ def _store_artifacts(events: Iterable[ArtifactStored]) -> None:
 
 
 def _close(event: RowClosed) -> bool:
-    """Close the row unless it is final already (the first ending wins): True when this did.
+    """Close the row unless it is final already (the first ending wins): True when this did."""
+    return close_unless_final(event.row_id, _closed_values(event))
 
-    One prepared UPDATE per row instead of a queryset: a batch closes hundreds of rows, and
-    building and compiling a queryset for each cost more than the database's work."""
-    fields = {
+
+def _closed_values(event: RowClosed) -> dict:
+    values = {
         "status": event.status,
         "http_status": event.http_status,
         "finish_reason": event.finish_reason,
@@ -172,45 +197,26 @@ def _close(event: RowClosed) -> bool:
         "rtf": event.rtf,
     }
     if event.progress is not None:
-        fields["progress"] = event.progress
+        values["progress"] = event.progress
     if event.stage_metrics:
-        fields["stage_metrics"] = event.stage_metrics
-    connection = connections[router.db_for_write(InferenceRequest)]
-    meta = InferenceRequest._meta
-    params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in fields.items()]
-    params.append(meta.pk.get_db_prep_value(meta.pk.to_python(event.row_id), connection))
-    with connection.cursor() as cursor:
-        cursor.execute(_close_statement(connection.vendor, tuple(fields)), [*params, *FINAL_STATUSES])
-        return cursor.rowcount == 1
-
-
-@functools.cache
-def _close_statement(vendor: str, names: tuple[str, ...]) -> str:
-    quote = connections[router.db_for_write(InferenceRequest)].ops.quote_name
-    meta = InferenceRequest._meta
-    assignments = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
-    finals = ", ".join(["%s"] * len(FINAL_STATUSES))
-    return (
-        f"UPDATE {quote(meta.db_table)} SET {assignments} "
-        f"WHERE {quote(meta.pk.column)} = %s AND {quote(meta.get_field('status').column)} NOT IN ({finals})"
-    )
+        values["stage_metrics"] = event.stage_metrics
+    return values
 
 
 def _record_usage(events: Iterable[UsageRecorded], existing: dict[str, set]) -> None:
-    records = [
-        UsageRecord(
-            request_id=event.request_id,
-            user_id=event.user_id if event.user_id in existing["user"] else None,
-            api_key_id=event.api_key_id if event.api_key_id in existing["key"] else None,
-            deployment=event.deployment,
-            modality=event.modality,
-            created_at=moment(event.created_at),
+    rows = [
+        {
+            "request_id": event.request_id,
+            "user_id": event.user_id if event.user_id in existing["user"] else None,
+            "api_key_id": event.api_key_id if event.api_key_id in existing["key"] else None,
+            "deployment": event.deployment,
+            "modality": event.modality,
+            "created_at": moment(event.created_at),
             **event.amounts,
-        )
+        }
         for event in events
     ]
-    if records:
-        UsageRecord.objects.bulk_create(records, ignore_conflicts=True)
+    insert_all_unless_present(UsageRecord, rows)
 
 
 def _observe(row_ids: list[str]) -> None:
