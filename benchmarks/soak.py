@@ -49,7 +49,8 @@ class Tally:
 def parse_stream(body: bytes) -> tuple[str | None, dict | None, bool]:
     """(request id, usage, saw [DONE]) of an SSE body."""
     request_id, usage, done = None, None, False
-    for line in body.decode(errors="replace").splitlines():
+    for line in body.decode(errors="replace").split("\n"):  # not splitlines(): text may hold U+2028, U+0085
+        line = line.rstrip("\r")
         if not line.startswith("data: "):
             continue
         data = line[6:]
