@@ -2,6 +2,8 @@
 
 Each mode (chat, image, speech, video) reads its own fields from the browser's message and
 raises `PlaygroundInvalid(field, message)` for bad input, so the page can mark the field.
+Sampling fields stay in `parameters`: they are merged over the stage's defaults once the
+deployment is known (console/consumers/playground.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from stages.protocol import SamplingParams, StageRequest
+from stages.protocol import StageRequest
 
 MODES = ("chat", "image", "speech", "video")
 VOICES = ("", "Chelsie", "Ethan")
@@ -142,7 +144,6 @@ def _chat(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
     request = StageRequest(
         request_id=request_id,
         messages=messages,
-        sampling=SamplingParams(max_tokens=parameters["max_tokens"], temperature=parameters["temperature"]),
         params=params,
         arrival_time=time.time(),
     )
@@ -179,7 +180,6 @@ def _speech(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         request_id=request_id,
         prompt=text,
         messages=[{"role": "user", "content": text}],
-        sampling=SamplingParams(max_tokens=_int(data, "max_tokens", 256, 1, 4096), temperature=0.0),
         params=params,
         arrival_time=time.time(),
     )

@@ -45,15 +45,20 @@ class PayloadRef(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 Payload = Tensor | PayloadRef
 
+DEFAULT_MAX_TOKENS = 512
+"""The output tokens an AR stage may write when neither the pipeline, the deployment nor the
+request bounds them (docs/configuration.md)."""
+
 
 class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Per-request sampling for AR stages. `validate()` names the offending field."""
+    """Per-request sampling for AR stages. `validate()` names the offending field; a stage's
+    sampling is merged from its layers once, by `stages.sampling_merge.merge_sampling`."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
-    max_tokens: int = 16
+    max_tokens: int = DEFAULT_MAX_TOKENS
     min_tokens: int = 0
     stop: list[str] = []
     stop_token_ids: list[int] = []
@@ -76,6 +81,9 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise InvalidRequest("min_tokens", "must be between 0 and max_tokens")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise InvalidRequest("repetition_penalty", "must be > 0")
+        for token_id in self.stop_token_ids:
+            if token_id < 0:
+                raise InvalidRequest("stop_token_ids", f"token ids must be >= 0, got {token_id}")
 
     @property
     def greedy(self) -> bool:

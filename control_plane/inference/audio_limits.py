@@ -10,6 +10,7 @@ from control_plane.inference.targets import Served
 from stages.audio_cap import CEILING_S, audio_seconds_cap, talker_codes_cap
 from stages.config import DeployConfig
 from stages.protocol import SamplingParams, StageRequest
+from stages.sampling_merge import merge_sampling
 
 
 def capped_later_sampling(
@@ -28,8 +29,7 @@ def capped_later_sampling(
         return later
     capped = dict(later or {})
     for stage in talkers:
-        sampling = capped.get(stage.name) or msgspec.convert(deploy.default_sampling(stage), SamplingParams,
-                                                             strict=False)  # fmt: skip
+        sampling = capped.get(stage.name) or merge_sampling(stage.default_sampling, deploy.sampling_override(stage))
         if sampling.max_tokens > codes:
             capped[stage.name] = msgspec.structs.replace(sampling, max_tokens=codes)
     return capped

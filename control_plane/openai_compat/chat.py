@@ -34,6 +34,7 @@ from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from control_plane.openai_compat.unsupported import refuse_unsupported
 from stages.protocol import StageRequest
+from stages.sampling_merge import SAMPLING_FIELDS
 from stages.voice_conditioning import PARAM as VOICE_CONDITIONING
 
 AUDIO_EXPIRY_S = 24 * 3600
@@ -117,18 +118,12 @@ def check_common(body: ChatRequest) -> None:
             raise ApiError.invalid(name, f"'{name}' must be at least 1, got {value}.")
 
 
-def sampling_fields(body: ChatRequest) -> dict[str, Any]:
-    return {
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "top_k": body.top_k,
-        "seed": body.seed,
-        "max_tokens": body.max_completion_tokens or body.max_tokens,
-        "min_tokens": body.min_tokens,
-        "stop": body.stop,
-        "stop_token_ids": body.stop_token_ids,
-        "ignore_eos": body.ignore_eos,
-    }
+def sampling_fields(body: Any) -> dict[str, Any]:
+    """The request's sampling fields, as `SamplingParams` names them (`max_completion_tokens` is
+    OpenAI's newer name of `max_tokens`)."""
+    fields = {name: getattr(body, name, None) for name in SAMPLING_FIELDS}
+    fields["max_tokens"] = getattr(body, "max_completion_tokens", None) or fields["max_tokens"]
+    return fields
 
 
 def diffusion_params(body: Any) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class OmniTalkerEngine(StageEngine):
         voice = self.voice_of(request.params)
         if "thinker_prompt_ids" not in request.params:
             raise InvalidRequest("params.thinker_prompt_ids", "the talker needs the thinker's first output")
-        sampling = parse_sampling(request, self.engine.options.get("sampling"))
+        sampling = parse_sampling(request, self.engine.deploy.sampling)
         if sampling.repetition_penalty is None:
             sampling = msgspec.structs.replace(sampling, repetition_penalty=self.repetition_penalty)
         rows = ThinkerRows(

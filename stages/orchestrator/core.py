@@ -51,6 +51,7 @@ from stages.orchestrator.metrics import summarize
 from stages.orchestrator.state import RequestState, StageProgress, parse_wire_id
 from stages.orchestrator.wanted import unwanted_stages
 from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
+from stages.sampling_merge import merge_sampling
 
 
 @dataclass
@@ -512,13 +513,14 @@ class Orchestrator:
 
     def _sampling_for(self, state: RequestState, stage: StageConfig) -> SamplingParams | None:
         """The request's own sampling for the stage, else the pipeline's default with the
-        deployment's overrides (`DeployConfig.stages[name].sampling`)."""
+        deployment's override (`DeployConfig.stages[name].sampling`); None where neither sets
+        any (the stage keeps its own defaults)."""
         if stage.name in state.sampling:
             return state.sampling[stage.name]
         deployment = self.deployments.get(state.deployment_id)
-        merged = deployment.deploy.default_sampling(stage) if deployment else dict(stage.default_sampling)
-        if merged:
-            return msgspec.convert(merged, SamplingParams)
+        override = deployment.deploy.sampling_override(stage) if deployment else {}
+        if stage.default_sampling or override:
+            return merge_sampling(stage.default_sampling, override)
         return None
 
     def _finish_stage(self, state: RequestState, stage_id: int, reason: str | None, at: float) -> None:
