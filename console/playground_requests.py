@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 MODES = ("chat", "image", "speech", "video")
 VOICES = ("", "Chelsie", "Ethan")
@@ -138,13 +138,11 @@ def _chat(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         "voice": _choice(data, "voice", VOICES, ""),
         "audio_format": _choice(data, "audio_format", AUDIO_FORMATS, "wav"),
     }
-    params = {"audio_format": parameters["audio_format"]}
-    if parameters["voice"]:
-        params["voice"] = parameters["voice"]
     request = StageRequest(
         request_id=request_id,
         messages=messages,
-        params=params,
+        options=RequestOptions(voice=parameters["voice"] or None),
+        params={"audio_format": parameters["audio_format"]},
         arrival_time=time.time(),
     )
     inputs = {"prompt": prompt, "messages": messages, "attachments": [a.get("kind") for a in attachments]}
@@ -173,14 +171,11 @@ def _speech(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         "voice": _choice(data, "voice", VOICES, ""),
         "response_format": _choice(data, "response_format", SPEECH_FORMATS, "wav"),
     }
-    params = {"modalities": ["audio"]}
-    if parameters["voice"]:
-        params["voice"] = parameters["voice"]
     request = StageRequest(
         request_id=request_id,
         prompt=text,
         messages=[{"role": "user", "content": text}],
-        params=params,
+        options=RequestOptions(modalities=["audio"], voice=parameters["voice"] or None),
         arrival_time=time.time(),
     )
     return request, parameters, {"input": text}

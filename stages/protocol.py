@@ -101,6 +101,27 @@ class StageError(msgspec.Struct, frozen=True, kw_only=True):
     """When the request may be tried again (a refusal for load: `code="overloaded"`)."""
 
 
+class RequestOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a request asks of its stages besides its prompt and sampling, checked at the edge and
+    carried to every stage of the request (the orchestrator forwards it along the graph)."""
+
+    modalities: list[str] | None = None
+    """The output modalities asked for (None: all the pipeline makes); stages leading to none of
+    them are left out."""
+    voice: str | None = None
+    """The voice to speak with, in the checkpoint's spelling (None: the model's default); a custom
+    voice's conditioning travels in `params` (stages/voice_conditioning.py)."""
+    language: str | None = None
+    instructions: str | None = None
+    """Speech: how to say it."""
+    max_audio_seconds: float | None = None
+    """The audio cap of this request (stages/audio_cap.py), checked against the deployment's."""
+    raw_prompt: bool = False
+    """The prompt as written: a chat-templated entry stage applies no template (/v1/completions)."""
+    extra: dict[str, Any] = {}
+    """Family-specific options, by name."""
+
+
 class StageRequest(msgspec.Struct, kw_only=True):
     """A request (seq 0) or a further input chunk (seq > 0) for one stage.
 
@@ -118,7 +139,11 @@ class StageRequest(msgspec.Struct, kw_only=True):
     inputs_embeds: Payload | None = None
     payloads: dict[str, Payload] = {}
     sampling: SamplingParams | None = None
+    options: RequestOptions = msgspec.field(default_factory=RequestOptions)
+    """The request's options; the entry's request carries them and the orchestrator forwards them."""
     params: dict[str, Any] = {}
+    """Data between stages (a thinker's prompt ids for its talker, hidden-state layers...) and the
+    options not typed yet (diffusion knobs, `additional_information`)."""
     arrival_time: float = 0.0
     group_sampling: dict[str, SamplingParams] = {}
     """For the entry stage of a stage group (seq 0): the request's sampling of the group's other

@@ -20,9 +20,7 @@ def capped_later_sampling(
     talkers = [stage for stage in pipeline.stages if stage.kind == "ar" and stage.name in served.audio_token_stages]
     if not talkers or request.sampling is None:
         return later
-    requested = request.params.get("max_audio_seconds")
-    if isinstance(requested, bool) or not isinstance(requested, (int, float)) or requested <= 0:
-        requested = None  # checked at the edge (max_audio_seconds below); anything else is not a cap
+    requested = request.options.max_audio_seconds  # checked at the edge (max_audio_seconds below)
     seconds = audio_seconds_cap(request.sampling.max_tokens, requested=requested, ceiling=deploy.max_audio_seconds)
     codes = talker_codes_cap(pipeline.family, seconds)
     if codes is None:

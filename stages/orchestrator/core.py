@@ -278,7 +278,7 @@ class Orchestrator:
                     summary=RequestSummary(),
                 )
             ]
-        unwanted = unwanted_stages(deployment.pipeline, event.request.params.get("modalities"))
+        unwanted = unwanted_stages(deployment.pipeline, event.request.options.modalities)
         needed = [stage for stage in deployment.pipeline.stages if stage.id not in unwanted]
         in_flight = [state for state in self.requests.values() if state.deployment_id == event.deployment_id]
         refused = admission_refusal(deployment.deploy, needed, in_flight, deployment.stage_seconds)
@@ -506,6 +506,7 @@ class Orchestrator:
             outputs=batch,
             sampling=self._sampling_for(state, graph.stage[target]),
             base_params=state.entry.params,
+            options=state.entry.options,
             at=at,
             trace=state.stage_trace if receiver.sent_seq == 0 else "",  # the stage span starts with its first input
         )
