@@ -40,6 +40,7 @@ _REQUEST_KEYS = {
     "prompt",
     "messages",
     "prompt_token_ids",
+    "options",
     "params",
     "payloads",
     "inputs_embeds",
