@@ -119,7 +119,7 @@ class RequestOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     raw_prompt: bool = False
     """The prompt as written: a chat-templated entry stage applies no template (/v1/completions)."""
     extra: dict[str, Any] = {}
-    """Family-specific options, by name."""
+    """Family-specific options, by name (`additional_information` still travels in `params`)."""
 
 
 class StageRequest(msgspec.Struct, kw_only=True):
