@@ -1,7 +1,7 @@
 """Where a web process's time goes: py-spy records every web process while a load runs.
 
     .venv/bin/python benchmarks/profile_web.py [--path chat|sse|health|models] [--concurrency 40]
-        [--seconds 10] [--idle] [--py-spy PATH] [--out DIR]
+        [--seconds 10] [--idle] [--process web|history|orchestrator] [--py-spy PATH] [--out DIR]
 
 Starts the same private platform as benchmarks/serving.py (echo deployment), warms it, then
 runs the load for `--seconds` while `py-spy record --format raw` samples each web process
@@ -59,6 +59,8 @@ def main() -> None:
     parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--postgres-server", default=DEFAULT_POSTGRES)
     parser.add_argument("--web-processes", type=int, default=1)
+    parser.add_argument("--process", choices=["web", "history", "orchestrator"], default="web",
+                        help="which platform process(es) to record")  # fmt: skip
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
     parser.add_argument("--out", type=Path, default=None, help="keep the raw recordings here")
     parser.add_argument("--top", type=int, default=40)
@@ -73,9 +75,10 @@ def main() -> None:
             request = request_of(args.path, platform.secret)
             asyncio.run(run_for(platform, request, args.concurrency, 2))  # warm up
             spies = []
-            for pid in platform.web_pids():
+            pids = platform.web_pids() if args.process == "web" else [platform.pids()[args.process]]
+            for pid in pids:
                 argv = [args.py_spy, "record", "-p", str(pid), "-d", str(int(args.seconds)), "-r", str(args.rate),
-                        "--format", "raw", "--threads", "-o", str(out / f"web-{pid}.raw")]  # fmt: skip
+                        "--format", "raw", "--threads", "-o", str(out / f"{args.process}-{pid}.raw")]  # fmt: skip
                 if args.idle:
                     argv.append("--idle")
                 else:
@@ -88,7 +91,7 @@ def main() -> None:
                 spy.wait()
     print(f"{args.path} at {args.concurrency} concurrent: {rate:.1f} req/s while recorded; "
           f"load average {os.getloadavg()[0]:.2f}; recordings in {out}")  # fmt: skip
-    for raw in sorted(out.glob("web-*.raw")):
+    for raw in sorted(out.glob(f"{args.process}-*.raw")):
         print(f"\n===== {raw.name}")
         subprocess.run([sys.executable, str(Path(__file__).with_name("stack_split.py")), str(raw), "--top",
                         str(args.top)], check=False)  # fmt: skip

@@ -105,16 +105,26 @@ def api_runner(platform: LivePlatform, words: int):
     }
 
 
-def web_cpu_s(platform: LivePlatform) -> float:
-    """CPU seconds the web processes have used so far: per request, a figure the machine's load
-    does not change (unlike the rates beside it)."""
+def cpu_by_process(platform: LivePlatform) -> dict[str, float]:
+    """CPU seconds each kind of process has used so far (web, orchestrator, worker and its replica
+    host, history writer, redis-server, and this client): per request, figures the machine's load
+    changes much less than the rates beside them."""
     import psutil
 
-    total = 0.0
-    for pid in platform.web_pids():
-        times = psutil.Process(pid).cpu_times()
-        total += times.user + times.system
-    return total
+    totals: dict[str, float] = {}
+    pids = {**platform.pids(), "client": os.getpid()}
+    for name, pid in pids.items():
+        kind = "web" if name.startswith("web-") and name != "web-supervisor" else name.split("-child")[0]
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        totals[kind] = totals.get(kind, 0.0) + times.user + times.system
+    return totals
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {kind: after[kind] - before.get(kind, 0.0) for kind in after}
 
 
 def row(name: str, one: list[float], loaded: list[float], wall: float, cpu_s: float) -> str:
@@ -135,7 +145,7 @@ def main() -> None:
     parser.add_argument("--one-at-a-time", type=int, default=30, help="requests per path one at a time")
     parser.add_argument("--words", type=int, default=8)
     args = parser.parse_args()
-    results: dict[str, tuple[list[float], list[float], float, float]] = {}
+    results: dict[str, tuple[list[float], list[float], float, dict[str, float]]] = {}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
         with LivePlatform(Path(scratch), database=args.database, postgres_server=args.postgres_server,
@@ -153,9 +163,9 @@ def main() -> None:
                     asyncio.run(run(args.concurrency * 2, args.concurrency))
                 for name, run in runners.items():
                     one, _ = asyncio.run(run(args.one_at_a_time, 1))
-                    cpu_before = web_cpu_s(platform)
+                    cpu_before = cpu_by_process(platform)
                     loaded, wall = asyncio.run(run(args.requests, args.concurrency))
-                    results[name] = (one, loaded, wall, web_cpu_s(platform) - cpu_before)
+                    results[name] = (one, loaded, wall, cpu_spent(cpu_before, cpu_by_process(platform)))
             except BaseException:
                 print(platform.log_tail())
                 raise
@@ -165,8 +175,13 @@ def main() -> None:
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
     print(f"  {'':<24} {'one at a time (ms)':>17}   {args.concurrency} concurrent")
     print(f"  {'path':<24} {'p50':>8} {'p99':>8}   {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}   {'web CPU ms/req':>8}")
-    for name, (one, loaded, wall, cpu_s) in results.items():
-        print(row(name, one, loaded, wall, cpu_s))
+    for name, (one, loaded, wall, cpu) in results.items():
+        print(row(name, one, loaded, wall, cpu.get("web", 0.0)))
+    kinds = ["web", "orchestrator", "worker", "history", "redis-server", "client"]
+    print(f"CPU ms per request under concurrency, by process: {', '.join(kinds)}, all (of {os.cpu_count()} cores)")
+    for name, (_, loaded, _, cpu) in results.items():
+        split = "  ".join(f"{cpu.get(kind, 0.0) / len(loaded) * 1000:6.2f}" for kind in kinds)
+        print(f"  {name:<24} {split}  {sum(cpu.values()) / len(loaded) * 1000:6.2f}")
     base_one, base_loaded, base_wall, _ = results["serve() (baseline)"]
     base_rate = len(base_loaded) / base_wall
     print("bars:")
@@ -176,7 +191,8 @@ def main() -> None:
         ratio = len(loaded) / wall / base_rate
         print(f"  {name:<24} throughput {ratio:.2f}x serve()'s (bar >= 0.5x), added p50 one at a time "
               f"{added:.2f} ms (bar <= 5 ms)")  # fmt: skip
-    _, health, health_wall, health_cpu = results["/health"]
+    _, health, health_wall, health_split = results["/health"]
+    health_cpu = health_split.get("web", 0.0)
     print(f"  /health                  {len(health) / health_wall:.0f} req/s at {args.concurrency} concurrent "
           f"(bar >= 1500); {health_cpu / len(health) * 1000:.2f} ms of web CPU each, "
           f"{len(health) / health_cpu:.0f} req/s per busy core")  # fmt: skip

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from stages.config import PipelineConfig, StageDeployConfig
 from stages.replica_stats import DeviceUsage, StageStats
 
 Modality = Literal["text", "tokens", "hidden", "codes", "audio", "image", "video", "embeddings", "kv"]
@@ -218,23 +219,27 @@ ReplicaState = Literal["LOADING", "READY", "DRAINING", "STOPPED", "ERROR"]
 
 
 class ReplicaSpec(msgspec.Struct, kw_only=True):
-    """Everything a replica host needs to build its stage engine (sent with the start task)."""
+    """Everything a replica host needs to build its stage engine (sent with the start task).
+
+    Its configs travel typed: decoding a spec (the start task's argument, the host's `--spec-json`)
+    refuses a malformed one (unknown field, wrong type, a pipeline failing its own checks), naming
+    the field (`$.stage_deploy.dtype`). The deploy configs' value ranges are checked where the host
+    places them on its device, so that a bad value is reported as the replica's permanent error."""
 
     replica_id: str
     deployment_id: str
     family: str
-    pipeline: dict[str, Any]
-    """The PipelineConfig as builtins (stages.config.load_pipeline_config reads it)."""
+    pipeline: PipelineConfig | None = None
+    """The deployment's stage graph (None: the family's own), validated as it is decoded."""
     stage: str
     stage_id: int
     model_dir: str
-    stage_deploy: dict[str, Any]
-    """The StageDeployConfig as builtins."""
+    stage_deploy: StageDeployConfig
     device: str = "cpu"
     group: str = ""
     """A stage group's name: the host runs every stage of `members` in one process (`stage` is its entry)."""
-    members: dict[str, dict[str, Any]] = {}
-    """A group's stages in order, by name: each one's StageDeployConfig as builtins."""
+    members: dict[str, StageDeployConfig] = {}
+    """A group's stages in order, by name, with each one's deploy config."""
 
 
 class ReplicaStatus(msgspec.Struct, kw_only=True):

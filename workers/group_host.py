@@ -19,15 +19,12 @@ import contextlib
 import os
 from collections.abc import Callable
 
-import msgspec
-
-from stages.config import DeployConfig, StageDeployConfig, load_pipeline_config
+from stages.config import DeployConfig, StageDeployConfig
 from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.groups import StageGroups
 from stages.models.weights_meter import metering
 from stages.protocol import ReplicaSpec, StageOutput
-from workers.device_pinning import local_device
 from workers.group_chain import GroupChain
 from workers.replica_host import ReplicaHost
 
@@ -54,20 +51,10 @@ def _nowhere(_key: str) -> bool:
 
 
 def member_deploys(spec: ReplicaSpec) -> dict[str, StageDeployConfig]:
-    """Each member's deploy config, on the device the spec assigns to the group's replica (by its
-    name in this process: a host pinned to `cuda:N` sees it as `cuda:0`)."""
-    deploys = {}
-    for name, raw in spec.members.items():
-        try:
-            stage_deploy = msgspec.convert(raw, StageDeployConfig)
-        except msgspec.ValidationError as error:
-            raise ConfigError(f"members.{name}", str(error)) from None
-        device = local_device(spec.device or stage_deploy.device, os.environ)
-        if device != stage_deploy.device:
-            stage_deploy = msgspec.structs.replace(stage_deploy, device=device)
-        stage_deploy.validate(f"members.{name}")
-        deploys[name] = stage_deploy
-    return deploys
+    """Each member's deploy config, placed on the device the spec assigns to the group's replica."""
+    from workers.replica_engine import placed
+
+    return {name: placed(stage_deploy, spec.device, f"members.{name}") for name, stage_deploy in spec.members.items()}
 
 
 def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | None = None) -> GroupChain:
@@ -79,7 +66,7 @@ def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | No
     from workers.replica_engine import replica_threads
 
     family = get_family(spec.family)
-    pipeline = load_pipeline_config(spec.pipeline) if spec.pipeline else family.pipeline
+    pipeline = spec.pipeline or family.pipeline
     deploys = member_deploys(spec)
     deploy = DeployConfig(stages=deploys)
     deploy.validate(pipeline)

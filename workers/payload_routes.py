@@ -18,9 +18,7 @@ import msgspec
 import redis
 
 from stages import streams
-from stages.config import load_pipeline_config
 from stages.connectors import reader_is_local
-from stages.errors import ConfigError
 from stages.protocol import ReplicaSpec, ReplicaStatus
 from workers.replica_status import LIVE_STATES
 
@@ -82,11 +80,8 @@ class PayloadRoutes:
 def client_modality_and_reader(spec: ReplicaSpec) -> tuple[str | None, str | None]:
     """The modality the client sees from this stage, and the one stage that reads its outputs
     (None when none or several do)."""
-    if not spec.pipeline:
-        return None, None
-    try:
-        pipeline = load_pipeline_config(spec.pipeline)
-    except ConfigError:
+    pipeline = spec.pipeline
+    if pipeline is None:
         return None, None
     stages = {stage.id: stage for stage in pipeline.stages}
     own = stages.get(spec.stage_id)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from stages.config import StageDeployConfig, load_pipeline_config
+from stages.config import StageDeployConfig
 from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.models import get_family, load_stage_engine
@@ -24,16 +24,17 @@ from workers.device_pinning import local_device
 
 
 def stage_deploy_of(spec: ReplicaSpec) -> StageDeployConfig:
-    """The stage's deploy config, placed on the device the spec assigns to this replica (by its
-    name in this process: a host pinned to `cuda:N` sees it as `cuda:0`)."""
-    try:
-        stage_deploy = msgspec.convert(spec.stage_deploy, StageDeployConfig)
-    except msgspec.ValidationError as error:
-        raise ConfigError("stage_deploy", str(error)) from None
-    device = local_device(spec.device or stage_deploy.device, os.environ)
-    if device != stage_deploy.device:
-        stage_deploy = msgspec.structs.replace(stage_deploy, device=device)
-    stage_deploy.validate("stage_deploy")
+    """The stage's deploy config, placed on the device the spec assigns to this replica."""
+    return placed(spec.stage_deploy, spec.device, "stage_deploy")
+
+
+def placed(stage_deploy: StageDeployConfig, device: str, path: str) -> StageDeployConfig:
+    """`stage_deploy` on `device` (its own when empty) by its name in this process (a host pinned to
+    `cuda:N` sees it as `cuda:0`), checked (errors name their field under `path`)."""
+    local = local_device(device or stage_deploy.device, os.environ)
+    if local != stage_deploy.device:
+        stage_deploy = msgspec.structs.replace(stage_deploy, device=local)
+    stage_deploy.validate(path)
     return stage_deploy
 
 
@@ -62,7 +63,7 @@ def load_replica_engine(
     torch.set_num_threads(replica_threads(stage_deploy))
     progress(0.3, "importing the model family")
     family = get_family(spec.family)
-    pipeline = load_pipeline_config(spec.pipeline) if spec.pipeline else family.pipeline
+    pipeline = spec.pipeline or family.pipeline
     if spec.stage not in {stage.name for stage in pipeline.stages}:
         names = sorted(stage.name for stage in pipeline.stages)
         raise ConfigError("stage", f"pipeline {pipeline.name!r} has no stage {spec.stage!r} (has {names})")

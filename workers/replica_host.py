@@ -152,7 +152,7 @@ class ReplicaHost:
         self.dropped = DroppedInputs(spec.replica_id)
         self.spans = RequestSpans(spec, host)
         self._last_ended_check = 0.0
-        self.connector_preference = spec.stage_deploy.get("connector", "auto")
+        self.connector_preference = spec.stage_deploy.connector
         self.reporter = StatusReporter(
             client,
             spec,
@@ -165,7 +165,7 @@ class ReplicaHost:
         )
         self.seen = SeenEntries()
         self.meter = StepMeter()
-        named = spec.device or spec.stage_deploy.get("device") or "cpu"
+        named = spec.device or spec.stage_deploy.device
         here = local_device(named, os.environ)
         self.device_reader = DeviceReader(here, named, heartbeat_interval_s(), driver=not spec.members)
         self.engine: StageEngine | None = None

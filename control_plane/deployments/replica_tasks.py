@@ -16,16 +16,16 @@ def replica_spec(replica: Replica) -> ReplicaSpec:
     pipeline = load_pipeline_config(deployment.pipeline.config)
     deploy = load_deploy_config(replica_config(replica))
     stage_deploy = deploy.for_stage(pipeline.stage_named(replica.stage))
-    members = {name: msgspec.to_builtins(deploy.for_stage(pipeline.stage_named(name))) for name in replica.members}
+    members = {name: deploy.for_stage(pipeline.stage_named(name)) for name in replica.members}
     return ReplicaSpec(
         replica_id=str(replica.id),
         deployment_id=str(deployment.id),
         family=deployment.pipeline.family,
-        pipeline=deployment.pipeline.config,
+        pipeline=pipeline,
         stage=replica.stage,
         stage_id=replica.stage_id,
         model_dir=deployment.model_dir,
-        stage_deploy=msgspec.to_builtins(stage_deploy),
+        stage_deploy=stage_deploy,
         device=replica.device,
         group=replica.group,
         members=members if replica.group else {},

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import Literal
 
 import redis
 import redis.asyncio
@@ -36,6 +37,7 @@ from control_plane.inference.redis_names import (
     pending_of_user_prefix,
     row_key,
     sequence,
+    serving_leases,
     stream_name,
 )
 from control_plane.redis_client import shared_redis
@@ -44,10 +46,10 @@ log = logging.getLogger(__name__)
 USER_FIELD = "user"
 
 _APPEND = """
-local count = #ARGV - 3
+local count = #ARGV - 5
 local last = redis.call('INCRBY', KEYS[2], count)
 for i = 1, count do
-    redis.call('HSET', KEYS[1], string.format('%016d', last - count + i), ARGV[i + 3])
+    redis.call('HSET', KEYS[1], string.format('%016d', last - count + i), ARGV[i + 5])
 end
 redis.call('SADD', KEYS[3], ARGV[1])
 if ARGV[2] ~= '' then
@@ -55,6 +57,11 @@ if ARGV[2] ~= '' then
     redis.call('SADD', ARGV[3] .. ARGV[2], ARGV[1])
 end
 redis.call('XADD', KEYS[4], '*', 'request', ARGV[1])
+if ARGV[4] == 'hold' then
+    redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+elseif ARGV[4] == 'release' then
+    redis.call('ZREM', KEYS[5], ARGV[1])
+end
 return last
 """
 
@@ -88,9 +95,9 @@ def client() -> redis.Redis:
 # ------------------------------------------------------------------ the request path
 
 
-def _append_call(request_id: str, user_id: int | None, events: list[HistoryEvent]) -> tuple[list[str], list]:
-    keys = [row_key(request_id), sequence(), pending_all(), stream_name()]
-    args = [request_id, "" if user_id is None else str(user_id), pending_of_user_prefix()]
+def _append_call(request_id: str, user_id: int | None, events: list[HistoryEvent], lease: str) -> tuple[list, list]:
+    keys = [row_key(request_id), sequence(), pending_all(), stream_name(), serving_leases()]
+    args = [request_id, "" if user_id is None else str(user_id), pending_of_user_prefix(), lease, time.time()]
     return keys, args + [encode(event) for event in events]
 
 
@@ -98,11 +105,16 @@ _APPEND_SHA = hashlib.sha1(_APPEND.encode()).hexdigest()
 
 
 async def history_append(
-    client: redis.asyncio.Redis, request_id: str, user_id: int | None, events: list[HistoryEvent]
+    client: redis.asyncio.Redis,
+    request_id: str,
+    user_id: int | None,
+    events: list[HistoryEvent],
+    lease: Literal["hold", "release", ""] = "",
 ) -> None:
-    """Accept `events` of one request: once this returns, they reach the database."""
+    """Accept `events` of one request: once this returns, they reach the database. `lease`
+    takes or drops the request's serving lease (serving_leases.py) in the same round trip."""
     if events:
-        keys, args = _append_call(request_id, user_id, events)
+        keys, args = _append_call(request_id, user_id, events, lease)
         try:
             await client.evalsha(_APPEND_SHA, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:  # a fresh (or restarted) Redis: EVAL loads it

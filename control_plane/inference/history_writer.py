@@ -5,7 +5,9 @@
 It reads notices from the history stream through the consumer group `history-writers`
 (several writers share the work), applies the pending events of the requests they name in
 one transaction per batch (history_log.history_catch_up), then acknowledges and deletes the
-notices. A writer that dies mid-batch leaves its notices pending in the group: any writer
+notices. After a batch that was not full it waits `linger_s` before reading again, so that
+under load a batch holds many requests (and often a request's open and close together)
+instead of one or two: what a batch costs beyond its rows is paid once for many. A writer that dies mid-batch leaves its notices pending in the group: any writer
 claims notices idle for `claim_idle_s` and applies them again (idempotently). Every
 `sweep_s` it also catches up whatever is still marked pending, so a request whose write
 failed (the database was down, a row could not be written) is retried until it lands, and
@@ -39,6 +41,7 @@ class HistoryWriter:
         block_ms: int = 1000,
         claim_idle_s: float = 5.0,
         sweep_s: float = 10.0,
+        linger_s: float = 0.1,
     ):
         self.client = client
         self.consumer = consumer
@@ -46,6 +49,7 @@ class HistoryWriter:
         self.block_ms = block_ms
         self.claim_idle_s = claim_idle_s
         self.sweep_s = sweep_s
+        self.linger_s = linger_s
         self.group_ready = False
         self.next_sweep = 0.0
         self.written = 0
@@ -53,7 +57,8 @@ class HistoryWriter:
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                self.run_once()
+                if 0 < self.run_once() < self.batch:
+                    stop.wait(self.linger_s)  # under load the next batch fills meanwhile: far fewer, larger batches
             except redis.ConnectionError as error:
                 log.warning("redis unavailable (%s); retrying", error)
                 self.group_ready = False

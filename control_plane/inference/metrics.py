@@ -27,6 +27,8 @@ replica states, stage steps, queues and devices from the replicas' heartbeats
 from __future__ import annotations
 
 import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 import redis
 from django.http import HttpResponse
@@ -55,6 +57,8 @@ STAGE_HISTOGRAMS = {
     "stage_first_output_seconds": ("first_output_s", "Time from a stage's first input to its first output."),
     "stage_duration_seconds": ("duration_s", "Time from a stage's first input to its finish."),
 }
+ROW_FIELDS = ("deployment_name", "route", "status", "stage_metrics", *(field for field, _, _ in HISTOGRAMS.values()))
+"""The fields of a history row that `observe` reads."""
 _SEP = "\x1f"
 
 
@@ -62,33 +66,43 @@ def _key(name: str) -> str:
     return f"{streams.PREFIX}:metrics:{name}"
 
 
-def observe(row) -> None:
-    """Count one finished request and add its timings to the histograms."""
-    deployment = row.deployment_name or "-"
-    route = row.route
-    status = row.status
+def observe(rows: Iterable) -> None:
+    """Count finished requests and add their timings to the histograms: the increments of all
+    `rows` summed first, so a batch of similar requests costs one HINCRBY per series field, not
+    one per request and bucket."""
+    counts: Counter[tuple[str, str]] = Counter()
+    sums: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for row in rows:
+        deployment = row.deployment_name or "-"
+        route = row.route
+        counts[_key("requests_total"), _SEP.join((deployment, route, row.status))] += 1
+        for name, (field, by_status, _) in HISTOGRAMS.items():
+            value = getattr(row, field)
+            if value is None:
+                continue
+            labels = (deployment, route, row.status) if by_status else (deployment, route)
+            _add(counts, sums, _key(name), _SEP.join(labels), value)
+        for stage, measures in (row.stage_metrics or {}).items():
+            for name, (field, _) in STAGE_HISTOGRAMS.items():
+                if measures.get(field) is not None:
+                    _add(counts, sums, _key(name), _SEP.join((deployment, stage)), measures[field])
+    if not counts:
+        return
     pipe = _pooled().pipeline(transaction=False)
-    pipe.hincrby(_key("requests_total"), _SEP.join((deployment, route, status)), 1)
-    for name, (field, by_status, _) in HISTOGRAMS.items():
-        value = getattr(row, field)
-        if value is None:
-            continue
-        labels = (deployment, route, status) if by_status else (deployment, route)
-        _add(pipe, _key(name), _SEP.join(labels), value)
-    for stage, measures in (row.stage_metrics or {}).items():
-        for name, (field, _) in STAGE_HISTOGRAMS.items():
-            if measures.get(field) is not None:
-                _add(pipe, _key(name), _SEP.join((deployment, stage)), measures[field])
+    for (key, field), amount in counts.items():
+        pipe.hincrby(key, field, amount)
+    for (key, field), amount in sums.items():
+        pipe.hincrbyfloat(key, field, amount)
     pipe.execute()
 
 
-def _add(pipe, key: str, base: str, value: float) -> None:
-    """One observation of a histogram series kept in the Redis hash `key`."""
+def _add(counts: Counter, sums: defaultdict, key: str, base: str, value: float) -> None:
+    """One observation of a histogram series kept in the Redis hash `key` (cumulative buckets)."""
     for bound in BUCKETS:
         if value <= bound:
-            pipe.hincrby(key, f"{base}{_SEP}le={_bound(bound)}", 1)
-    pipe.hincrbyfloat(key, f"{base}{_SEP}sum", float(value))
-    pipe.hincrby(key, f"{base}{_SEP}count", 1)
+            counts[key, f"{base}{_SEP}le={_BOUND_NAMES[bound]}"] += 1
+    sums[key, f"{base}{_SEP}sum"] += float(value)
+    counts[key, f"{base}{_SEP}count"] += 1
 
 
 _clients: dict[str, redis.Redis] = {}
@@ -106,6 +120,9 @@ def _pooled() -> redis.Redis:
 
 def _bound(bound: float) -> str:
     return "+Inf" if math.isinf(bound) else repr(bound)
+
+
+_BOUND_NAMES = {bound: _bound(bound) for bound in BUCKETS}
 
 
 class RedisCollector:

@@ -245,8 +245,7 @@ class RequestRun:
             deployment=served.deployment if served else None, stream=stream, inputs=inputs, parameters=parameters,
             modalities=modalities, status=status, lease_expires_at=lease_expires_at,
         )  # fmt: skip
-        await self._append([self.opened])
-        await self._hold_lease()
+        await self._append([self.opened], lease=self._lease_while_running())
         if durable:
             await orm_in_thread(history_catch_up)([self.request_id])
         await self.charge.admit(estimate or {})
@@ -299,9 +298,10 @@ class RequestRun:
             self.opened.started_at = time.time()
             self.opened.attempts += 1
             self.opened.status = Status.RUNNING
-            await self._hold_lease()
-            await self._append([RowStarted(row_id=self.opened.id, started_at=self.opened.started_at,
-                                           attempts=self.opened.attempts)])  # fmt: skip
+            started = RowStarted(
+                row_id=self.opened.id, started_at=self.opened.started_at, attempts=self.opened.attempts
+            )
+            await self._append([started], lease=self._lease_while_running())
 
     @property
     def outcome(self) -> Outcome:
@@ -466,25 +466,23 @@ class RequestRun:
                                              mime_type=media.mime_type, extension=media.format, meta=meta))  # fmt: skip
         return stored
 
-    async def _append(self, events: list[HistoryEvent | None]) -> None:
+    async def _append(self, events: list[HistoryEvent | None], lease: str = "") -> None:
         user_id = getattr(self.caller.user, "pk", None) if self.caller.user is not None else None
-        await history_append(loop_redis(), self.request_id, user_id, [event for event in events if event is not None])
+        events = [event for event in events if event is not None]
+        await history_append(loop_redis(), self.request_id, user_id, events, lease=lease)
 
-    async def _hold_lease(self) -> None:
-        """While the row is `running`, this process says it serves it (serving_leases.py)."""
-        if self.opened is not None and self.opened.status == Status.RUNNING:
-            try:
-                await leases_for(loop_redis()).hold(self.request_id)
-            except Exception:
-                log.exception("could not take the serving lease of request %s", self.request_id)
+    def _lease_while_running(self) -> str:
+        """While the row is `running`, this process says it serves it (serving_leases.py): the
+        lease is written with the row's history and renewed by the loop's renewal task."""
+        if self.opened is None or self.opened.status != Status.RUNNING:
+            return ""
+        leases_for(loop_redis()).track(self.request_id)
+        return "hold"
 
     async def _end(self, events: list[HistoryEvent | None]) -> None:
         self.ended = True
+        leases_for(loop_redis()).untrack(self.request_id)
         try:
-            await self._append(events)
-        except Exception:
+            await self._append(events, lease="release")
+        except Exception:  # the lease then ages out and the orphan sweep closes the row
             log.exception("could not record the end of request %s", self.request_id)
-        try:
-            await leases_for(loop_redis()).release(self.request_id)
-        except Exception:  # the lease then ages out; the row is closed already
-            log.exception("could not release the serving lease of request %s", self.request_id)

@@ -27,14 +27,22 @@ class ServingLeases:
         self.held: set[str] = set()
         self._renewing: asyncio.Task | None = None
 
-    async def hold(self, request_id: str) -> None:
+    def track(self, request_id: str) -> None:
+        """Renew `request_id`'s lease from now on (whoever calls this wrote its first score, as
+        the history append does in the round trip that opens the row)."""
         self.held.add(request_id)
         if self._renewing is None or self._renewing.done():
             self._renewing = asyncio.get_running_loop().create_task(self._renew())
+
+    def untrack(self, request_id: str) -> None:
+        self.held.discard(request_id)
+
+    async def hold(self, request_id: str) -> None:
+        self.track(request_id)
         await self.client.zadd(serving_leases(), {request_id: time.time()})
 
     async def release(self, request_id: str) -> None:
-        self.held.discard(request_id)
+        self.untrack(request_id)
         await self.client.zrem(serving_leases(), request_id)
 
     async def _renew(self) -> None:

@@ -38,7 +38,6 @@ def echo_spec(replica_id: str, deployment_id: str, **options) -> dict:
         "replica_id": replica_id,
         "deployment_id": deployment_id,
         "family": "echo",
-        "pipeline": {},
         "stage": "echo",
         "stage_id": 0,
         "model_dir": "",

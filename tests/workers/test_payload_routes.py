@@ -11,6 +11,7 @@ import redis
 from replica_testing import unique, with_db
 
 from stages import streams
+from stages.config import StageDeployConfig
 from stages.echo import family as echo_family
 from stages.protocol import ReplicaSpec, ReplicaStatus
 from workers.payload_routes import PayloadRoutes
@@ -39,11 +40,11 @@ def spec(variant: str, stage: str, deployment: str) -> ReplicaSpec:
         replica_id=unique("writer"),
         deployment_id=deployment,
         family="echo",
-        pipeline=msgspec.to_builtins(pipeline),
+        pipeline=pipeline,
         stage=stage,
         stage_id=pipeline.stage_named(stage).id,
         model_dir="-",
-        stage_deploy={},
+        stage_deploy=StageDeployConfig(),
     )
 
 

@@ -3,6 +3,7 @@ in, outputs on the deployment stream, status in heartbeats and inbox events."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from replica_testing import (
 from stages import streams
 from stages.echo import EchoEngine
 from stages.protocol import ReplicaSpec, SamplingParams, StageOutput, StageRequest
+from workers import replica_host
 from workers.replica_host import ReplicaHost
 
 pytestmark = pytest.mark.timeout(120)
@@ -232,6 +234,12 @@ def test_a_load_failure_reports_error_and_exits_non_zero(client, redis_url, repl
     assert [event.state for event in events] == ["LOADING", "ERROR"]
     assert "stage_deploy.max_batch" in events[-1].error
     assert events[-1].permanent  # a configuration error: the control plane does not retry it
+
+
+def test_a_malformed_spec_is_refused_before_the_host_starts(capsys):
+    spec = {**echo_spec("r1", "d1"), "stage_deploy": {"dtype": "int3"}}
+    assert replica_host.main(["--spec-json", json.dumps(spec), "--redis-url", "redis://nowhere:1"]) == 2
+    assert "invalid --spec-json: Invalid enum value 'int3' - at `$.stage_deploy.dtype`" in capsys.readouterr().err
 
 
 class FailingStepEngine(EchoEngine):

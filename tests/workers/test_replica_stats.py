@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import signal
 
+import msgspec
 import pytest
 from procs import wait_for
 from replica_testing import echo_spec, finished_output, forget, heartbeat, send_request, start_host, unique
@@ -126,7 +127,7 @@ def test_the_device_reader_reads_at_most_once_a_heartbeat_interval():
 def test_loading_an_engine_reports_its_phases_in_order():
     from workers.replica_engine import load_replica_engine
 
-    spec = ReplicaSpec(**echo_spec(unique("replica"), unique("deployment")))
+    spec = msgspec.convert(echo_spec(unique("replica"), unique("deployment")), ReplicaSpec)
     heard: list[tuple[float, str]] = []
     engine = load_replica_engine(spec, progress=lambda fraction, phase: heard.append((fraction, phase)))
     assert engine is not None

@@ -390,3 +390,30 @@ async def test_applying_the_same_history_twice_writes_it_once(served, caller):
     assert await sync_to_async(InferenceRequest.objects.filter(request_id=run.request_id).count)() == 1
     assert await sync_to_async(UsageRecord.objects.filter(request_id=run.request_id).count)() == 1
     assert await sync_to_async(Artifact.objects.filter(request__request_id=run.request_id).count)() == 1
+
+
+async def test_a_row_opened_in_one_batch_is_closed_by_a_later_one_once(served, caller):
+    from control_plane.inference.history_apply import history_apply
+    from control_plane.inference.history_events import decode
+    from control_plane.inference.redis_names import row_key
+
+    async with StandIn(lambda submit: [text(0, "later", finished=True), done(1, 1)]):
+        run = new_run(caller)
+        await open_run(run, served)
+        await (await run.submit(stage_request(run))).drain()
+        await run.complete()
+    client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    fields = await client.hgetall(row_key(run.request_id))
+    await client.aclose()
+    events = [decode(value) for key, value in sorted(fields.items()) if key != b"user"]
+    opened = [event for event in events if type(event).__name__ == "RowOpened"]
+    assert await sync_to_async(history_apply)(opened) == 0
+    row = await sync_to_async(InferenceRequest.objects.get)(request_id=run.request_id)
+    assert row.status != "completed" and row.output_text == ""
+    assert [await sync_to_async(history_apply)(events) for _ in range(2)] == [
+        1,
+        0,
+    ]  # the open conflicts, the close updates
+    row = await sync_to_async(InferenceRequest.objects.get)(request_id=run.request_id)
+    assert row.status == "completed" and row.output_text == "later" and row.finished_at is not None
+    assert row.lease_expires_at is None and row.usage

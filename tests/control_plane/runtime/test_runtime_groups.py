@@ -41,7 +41,7 @@ def test_a_group_has_one_replica_row_whose_spec_names_every_stage(pipelines):
     assert replica.label == "speech (echo+voice)"
     spec = replica_spec(replica)
     assert spec.group == "speech" and list(spec.members) == ["echo", "voice"]
-    assert spec.members["voice"]["options"] == {"delay_s": 0.02}
+    assert spec.members["voice"].options == {"delay_s": 0.02}
 
     deployment_scale(deployment=Deployment.objects.get(name="grouped"), stage="voice", replicas=2)
     rows = Deployment.objects.get(name="grouped").replicas.order_by("index")

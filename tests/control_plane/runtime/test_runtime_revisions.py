@@ -74,8 +74,8 @@ def test_a_change_rolls_out_one_replica_at_a_time_and_switches_the_config_last(l
     reconcile()  # a replica of revision 2 beside the old one
     new = deployment.replicas.get(revision=2)
     assert (new.stage, new.index, new.retired) == ("echo", 0, False)
-    assert replica_spec(new).stage_deploy["sampling"] == SHORT  # it starts with the new config
-    assert replica_spec(old).stage_deploy["sampling"] == {}
+    assert replica_spec(new).stage_deploy.sampling == SHORT  # it starts with the new config
+    assert replica_spec(old).stage_deploy.sampling == {}
     reconcile()
     assert state_of(new) == S.SCHEDULED and state_of(old) == S.RUNNING
 
