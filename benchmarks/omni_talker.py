@@ -71,7 +71,7 @@ def build_talker(device: str, layers: int, max_batch: int = 8, options: dict | N
 
 
 def talker_request(index: int, frames: int, penalty: float | None):
-    from stages.protocol import SamplingParams, StageRequest
+    from stages.protocol import RequestOptions, SamplingParams, StageRequest
     from stages.tensors import to_wire
 
     prompt, generated = 40, 128
@@ -84,7 +84,8 @@ def talker_request(index: int, frames: int, penalty: float | None):
         stage_id=1,
         prompt_token_ids=list(range(1000, 1000 + generated)),
         payloads={"embeds": rows(), "hidden": rows()},
-        params={"thinker_prompt_ids": list(range(prompt)), "voice": "Chelsie"},
+        options=RequestOptions(voice="Chelsie"),
+        params={"thinker_prompt_ids": list(range(prompt))},
         sampling=SamplingParams(temperature=0, max_tokens=frames, min_tokens=frames, repetition_penalty=penalty),
     )
 

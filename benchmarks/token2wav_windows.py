@@ -107,7 +107,7 @@ def relative_l2(audio: list[np.ndarray], reference: list[np.ndarray]) -> float:
 
 def main() -> None:
     from stages.generation.engine import CodeStream, Window
-    from stages.protocol import StageRequest
+    from stages.protocol import RequestOptions, StageRequest
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -129,7 +129,9 @@ def main() -> None:
             streams = [
                 CodeStream(
                     f"r{i}",
-                    decoder.open(StageRequest(request_id=f"r{i}", params={"voice": "Chelsie", "seed": i})),
+                    decoder.open(
+                        StageRequest(request_id=f"r{i}", options=RequestOptions(voice="Chelsie"), params={"seed": i})
+                    ),
                     frames=frames,
                 )
                 for i in range(batch)

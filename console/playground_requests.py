@@ -2,6 +2,8 @@
 
 Each mode (chat, image, speech, video) reads its own fields from the browser's message and
 raises `PlaygroundInvalid(field, message)` for bad input, so the page can mark the field.
+Sampling fields stay in `parameters`: they are merged over the stage's defaults once the
+deployment is known (console/consumers/playground.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from stages.protocol import SamplingParams, StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 MODES = ("chat", "image", "speech", "video")
 VOICES = ("", "Chelsie", "Ethan")
@@ -136,14 +138,11 @@ def _chat(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         "voice": _choice(data, "voice", VOICES, ""),
         "audio_format": _choice(data, "audio_format", AUDIO_FORMATS, "wav"),
     }
-    params = {"audio_format": parameters["audio_format"]}
-    if parameters["voice"]:
-        params["voice"] = parameters["voice"]
     request = StageRequest(
         request_id=request_id,
         messages=messages,
-        sampling=SamplingParams(max_tokens=parameters["max_tokens"], temperature=parameters["temperature"]),
-        params=params,
+        options=RequestOptions(voice=parameters["voice"] or None),
+        params={"audio_format": parameters["audio_format"]},
         arrival_time=time.time(),
     )
     inputs = {"prompt": prompt, "messages": messages, "attachments": [a.get("kind") for a in attachments]}
@@ -172,15 +171,11 @@ def _speech(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         "voice": _choice(data, "voice", VOICES, ""),
         "response_format": _choice(data, "response_format", SPEECH_FORMATS, "wav"),
     }
-    params = {"modalities": ["audio"]}
-    if parameters["voice"]:
-        params["voice"] = parameters["voice"]
     request = StageRequest(
         request_id=request_id,
         prompt=text,
         messages=[{"role": "user", "content": text}],
-        sampling=SamplingParams(max_tokens=_int(data, "max_tokens", 256, 1, 4096), temperature=0.0),
-        params=params,
+        options=RequestOptions(modalities=["audio"], voice=parameters["voice"] or None),
         arrival_time=time.time(),
     )
     return request, parameters, {"input": text}

@@ -265,11 +265,11 @@ class DeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The most audio one request may make (stages/audio_cap.py); None: the default ceiling, with
     requests capped in proportion to the text they speak."""
 
-    def default_sampling(self, stage: StageConfig) -> dict[str, Any]:
-        """A stage's sampling when a request gives none: the pipeline's default, then this
-        deployment's per-stage `sampling` (e.g. a talker's max_tokens)."""
+    def sampling_override(self, stage: StageConfig) -> dict[str, Any]:
+        """This deployment's per-stage `sampling` (e.g. a talker's max_tokens): over the pipeline's
+        default, under the request's fields (`stages.sampling_merge.merge_sampling`)."""
         overrides = self.stages.get(stage.name)
-        return {**stage.default_sampling, **(overrides.sampling if overrides else {})}
+        return dict(overrides.sampling) if overrides else {}
 
     def for_stage(self, stage: StageConfig) -> StageDeployConfig:
         config = self.stages.get(stage.name) or StageDeployConfig()

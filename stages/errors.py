@@ -22,6 +22,8 @@ class InvalidRequest(StageFailure):
     def __init__(self, param: str | None, message: str):
         text = f"{param}: {message}" if param else message
         super().__init__(text, param=param)
+        self.reason = message
+        """What is wrong, without the field's name."""
 
 
 class ConfigError(ValueError):

@@ -33,12 +33,14 @@ from stages.models import ModelFamily, detect_family, get_family
 from stages.orchestrator.actions import Complete, Emit, Fail
 from stages.orchestrator.inprocess import InProcessDriver
 from stages.protocol import Payload, SamplingParams, StageError, StageOutput, StageRequest
+from stages.sampling_merge import merge_sampling
 
 Prompt = str | list[dict[str, Any]] | dict[str, Any] | StageRequest
 _REQUEST_KEYS = {
     "prompt",
     "messages",
     "prompt_token_ids",
+    "options",
     "params",
     "payloads",
     "inputs_embeds",
@@ -163,7 +165,7 @@ class AsyncOmni:
     ) -> AsyncIterator[OmniDelta]:
         """Stream the answer to one prompt. Raises InvalidRequest / RequestFailed if it fails."""
         request = self._request(prompt, sampling_params, request_id)
-        sampling = {name: _sampling(value, f"stage_sampling.{name}") for name, value in (stage_sampling or {}).items()}
+        sampling = {name: _sampling(value) for name, value in (stage_sampling or {}).items()}
         await self.start()
         assert self._driver is not None
         async for event in self._driver.generate(request, sampling):
@@ -201,9 +203,9 @@ class AsyncOmni:
         request.request_id = request_id or request.request_id or uuid.uuid4().hex
         entry = self.pipeline.entry_stage
         if sampling_params is not None:
-            request.sampling = _sampling(sampling_params, "sampling_params")
+            request.sampling = _sampling(sampling_params)
         elif request.sampling is None and entry.kind == "ar":
-            request.sampling = msgspec.convert(entry.default_sampling, SamplingParams)
+            request.sampling = merge_sampling(entry.default_sampling, self.deploy.sampling_override(entry))
         return request
 
     def _delta(self, output: StageOutput) -> OmniDelta:
@@ -369,25 +371,13 @@ def _to_request(prompt: Prompt, pipeline: PipelineConfig) -> StageRequest:
     raise InvalidRequest("prompt", f"expected a string, a list of messages or a dict, got {type(prompt).__name__}")
 
 
-def _sampling(value: SamplingParams | dict[str, Any] | None, field_name: str) -> SamplingParams:
-    """SamplingParams from a struct or a dict; errors name the sampling field (`temperature`)."""
+def _sampling(value: SamplingParams | dict[str, Any]) -> SamplingParams:
+    """The whole sampling, from a struct or a dict of its fields (as vLLM's offline API takes it:
+    no stage defaults under it); errors name the field (`temperature`)."""
     if isinstance(value, SamplingParams):
-        sampling = value
-    else:
-        try:
-            sampling = msgspec.convert(value or {}, SamplingParams)
-        except msgspec.ValidationError as error:
-            raise InvalidRequest(_sampling_field(str(error)) or field_name, str(error)) from None
-    sampling.validate()
-    return sampling
-
-
-def _sampling_field(message: str) -> str | None:
-    if "unknown field `" in message:
-        return message.split("unknown field `", 1)[1].split("`", 1)[0]
-    if "`$." in message:
-        return message.rsplit("`$.", 1)[1].rstrip("`")
-    return None
+        value.validate()
+        return value
+    return merge_sampling(request=value)
 
 
 def _array(payload: Payload) -> np.ndarray:

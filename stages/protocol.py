@@ -46,15 +46,20 @@ class PayloadRef(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 Payload = Tensor | PayloadRef
 
+DEFAULT_MAX_TOKENS = 512
+"""The output tokens an AR stage may write when neither the pipeline, the deployment nor the
+request bounds them (docs/configuration.md)."""
+
 
 class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Per-request sampling for AR stages. `validate()` names the offending field."""
+    """Per-request sampling for AR stages. `validate()` names the offending field; a stage's
+    sampling is merged from its layers once, by `stages.sampling_merge.merge_sampling`."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
-    max_tokens: int = 16
+    max_tokens: int = DEFAULT_MAX_TOKENS
     min_tokens: int = 0
     stop: list[str] = []
     stop_token_ids: list[int] = []
@@ -77,6 +82,9 @@ class SamplingParams(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             raise InvalidRequest("min_tokens", "must be between 0 and max_tokens")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise InvalidRequest("repetition_penalty", "must be > 0")
+        for token_id in self.stop_token_ids:
+            if token_id < 0:
+                raise InvalidRequest("stop_token_ids", f"token ids must be >= 0, got {token_id}")
 
     @property
     def greedy(self) -> bool:
@@ -92,6 +100,27 @@ class StageError(msgspec.Struct, frozen=True, kw_only=True):
     code: str | None = None
     retry_after_s: float | None = None
     """When the request may be tried again (a refusal for load: `code="overloaded"`)."""
+
+
+class RequestOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a request asks of its stages besides its prompt and sampling, checked at the edge and
+    carried to every stage of the request (the orchestrator forwards it along the graph)."""
+
+    modalities: list[str] | None = None
+    """The output modalities asked for (None: all the pipeline makes); stages leading to none of
+    them are left out."""
+    voice: str | None = None
+    """The voice to speak with, in the checkpoint's spelling (None: the model's default); a custom
+    voice's conditioning travels in `params` (stages/voice_conditioning.py)."""
+    language: str | None = None
+    instructions: str | None = None
+    """Speech: how to say it."""
+    max_audio_seconds: float | None = None
+    """The audio cap of this request (stages/audio_cap.py), checked against the deployment's."""
+    raw_prompt: bool = False
+    """The prompt as written: a chat-templated entry stage applies no template (/v1/completions)."""
+    extra: dict[str, Any] = {}
+    """Family-specific options, by name (`additional_information` still travels in `params`)."""
 
 
 class StageRequest(msgspec.Struct, kw_only=True):
@@ -111,7 +140,11 @@ class StageRequest(msgspec.Struct, kw_only=True):
     inputs_embeds: Payload | None = None
     payloads: dict[str, Payload] = {}
     sampling: SamplingParams | None = None
+    options: RequestOptions = msgspec.field(default_factory=RequestOptions)
+    """The request's options; the entry's request carries them and the orchestrator forwards them."""
     params: dict[str, Any] = {}
+    """Data between stages (a thinker's prompt ids for its talker, hidden-state layers...) and the
+    options not typed yet (diffusion knobs, `additional_information`)."""
     arrival_time: float = 0.0
     group_sampling: dict[str, SamplingParams] = {}
     """For the entry stage of a stage group (seq 0): the request's sampling of the group's other

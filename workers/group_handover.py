@@ -23,7 +23,7 @@ from stages.config import PipelineConfig
 from stages.groups import StageGroup
 from stages.orchestrator.forwarding import build_stage_request, has_content
 from stages.orchestrator.wanted import unwanted_stages
-from stages.protocol import SamplingParams, StageOutput, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageOutput, StageRequest
 
 
 @dataclass
@@ -36,6 +36,7 @@ class _Receiver:
 @dataclass
 class _Request:
     base_params: dict[str, Any]
+    options: RequestOptions
     sampling: dict[str, SamplingParams]
     pending: set[int]
     """Members that still owe outputs (those the request needs)."""
@@ -62,9 +63,10 @@ class GroupHandover:
 
     def admit(self, request: StageRequest) -> None:
         """A request entering the group (its entry stage's seq 0)."""
-        unwanted = unwanted_stages(self.pipeline, request.params.get("modalities"))
+        unwanted = unwanted_stages(self.pipeline, request.options.modalities)
         self.requests[request.request_id] = _Request(
             base_params=request.params,
+            options=request.options,
             sampling=dict(request.group_sampling),
             pending={member for member in self.group.members if member not in unwanted},
         )
@@ -126,6 +128,7 @@ class GroupHandover:
             outputs=batch,
             sampling=request.sampling.get(self.pipeline.stage(target).name),
             base_params=request.base_params,
+            options=request.options,
             at=time.time(),
         )
         receiver.sent_seq += 1

@@ -23,6 +23,7 @@ from control_plane.inference.errors import KNOWN_ERRORS, ApiError
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import Caller, Served, served_deployment
 from control_plane.openai_compat.services import request_prepare
+from stages.sampling_merge import SAMPLING_FIELDS
 
 log = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 120.0
@@ -40,9 +41,9 @@ async def _prepare(playground: PlaygroundRequest, served: Served) -> dict:
         request.prompt, request.messages = (
             (None, request.messages) if served.pipeline.needs_chat_template else (request.prompt, None)
         )
-    sampling = {
-        key: playground.parameters[key] for key in ("max_tokens", "temperature") if key in playground.parameters
-    }
+    sampling = {}
+    if playground.mode == "chat":  # the other modes' seed is the image's or video's, not a text stage's
+        sampling = {key: value for key, value in playground.parameters.items() if key in SAMPLING_FIELDS}
     prepared = await request_prepare(served, request, sampling=sampling, modalities=wanted)
     if prepared.modalities:
         playground.modalities = prepared.modalities

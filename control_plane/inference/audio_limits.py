@@ -10,6 +10,7 @@ from control_plane.inference.targets import Served
 from stages.audio_cap import CEILING_S, audio_seconds_cap, talker_codes_cap
 from stages.config import DeployConfig
 from stages.protocol import SamplingParams, StageRequest
+from stages.sampling_merge import merge_sampling
 
 
 def capped_later_sampling(
@@ -19,17 +20,14 @@ def capped_later_sampling(
     talkers = [stage for stage in pipeline.stages if stage.kind == "ar" and stage.name in served.audio_token_stages]
     if not talkers or request.sampling is None:
         return later
-    requested = request.params.get("max_audio_seconds")
-    if isinstance(requested, bool) or not isinstance(requested, (int, float)) or requested <= 0:
-        requested = None  # checked at the edge (max_audio_seconds below); anything else is not a cap
+    requested = request.options.max_audio_seconds  # checked at the edge (max_audio_seconds below)
     seconds = audio_seconds_cap(request.sampling.max_tokens, requested=requested, ceiling=deploy.max_audio_seconds)
     codes = talker_codes_cap(pipeline.family, seconds)
     if codes is None:
         return later
     capped = dict(later or {})
     for stage in talkers:
-        sampling = capped.get(stage.name) or msgspec.convert(deploy.default_sampling(stage), SamplingParams,
-                                                             strict=False)  # fmt: skip
+        sampling = capped.get(stage.name) or merge_sampling(stage.default_sampling, deploy.sampling_override(stage))
         if sampling.max_tokens > codes:
             capped[stage.name] = msgspec.structs.replace(sampling, max_tokens=codes)
     return capped

@@ -5,7 +5,8 @@ pipeline draws), `message.audio` {id, data, transcript, expires_at} in one choic
 `delta.content` and `delta.audio` when streaming, `stream_options.include_usage`. Omni
 extras: `sampling_params_list` (one dict per stage), `additional_information` (merged into the
 request params every stage sees), `voice`/`speaker` (or `audio.voice`), `max_audio_seconds` (the
-audio cap of this request, stages/audio_cap.py),
+audio cap of this request, stages/audio_cap.py), `language`, `instructions` (the request's options:
+`stages.protocol.RequestOptions`),
 diffusion knobs (`size`, `num_inference_steps`, `guidance_scale`, `negative_prompt`, `seed`).
 """
 
@@ -24,7 +25,7 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
-from control_plane.inference.request_voice import voice_params
+from control_plane.inference.request_voice import request_voice
 from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
@@ -33,7 +34,8 @@ from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from control_plane.openai_compat.unsupported import refuse_unsupported
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
+from stages.sampling_merge import SAMPLING_FIELDS
 from stages.voice_conditioning import PARAM as VOICE_CONDITIONING
 
 AUDIO_EXPIRY_S = 24 * 3600
@@ -117,18 +119,12 @@ def check_common(body: ChatRequest) -> None:
             raise ApiError.invalid(name, f"'{name}' must be at least 1, got {value}.")
 
 
-def sampling_fields(body: ChatRequest) -> dict[str, Any]:
-    return {
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "top_k": body.top_k,
-        "seed": body.seed,
-        "max_tokens": body.max_completion_tokens or body.max_tokens,
-        "min_tokens": body.min_tokens,
-        "stop": body.stop,
-        "stop_token_ids": body.stop_token_ids,
-        "ignore_eos": body.ignore_eos,
-    }
+def sampling_fields(body: Any) -> dict[str, Any]:
+    """The request's sampling fields, as `SamplingParams` names them (`max_completion_tokens` is
+    OpenAI's newer name of `max_tokens`)."""
+    fields = {name: getattr(body, name, None) for name in SAMPLING_FIELDS}
+    fields["max_tokens"] = getattr(body, "max_completion_tokens", None) or fields["max_tokens"]
+    return fields
 
 
 def diffusion_params(body: Any) -> dict[str, Any]:
@@ -174,13 +170,16 @@ async def chat_completions(request, run: RequestRun):
     extra = {key: value for key, value in (body.additional_information or {}).items() if key not in VOICE_KEYS}
     params = {**extra, **diffusion_params(body), **stage_params}
     requested = (body.audio.voice if body.audio else None) or body.voice or body.speaker
-    params.update(await voice_params(served, run.caller.user, requested or _extra_voice(body)))
-    for name in ("language", "instructions"):
-        if getattr(body, name):
-            params[name] = getattr(body, name)
-    if body.max_audio_seconds is not None:
-        params["max_audio_seconds"] = max_audio_seconds(body.max_audio_seconds, served.deploy)
-    params["modalities"] = modalities
+    voice, voice_params = await request_voice(served, run.caller.user, requested or _extra_voice(body))
+    params.update(voice_params)
+    options = RequestOptions(
+        modalities=modalities,
+        voice=voice,
+        language=body.language or None,
+        instructions=body.instructions or None,
+        max_audio_seconds=None if body.max_audio_seconds is None else max_audio_seconds(body.max_audio_seconds,
+                                                                                         served.deploy),
+    )  # fmt: skip
     parameters = {
         key: value
         for key, value in msgspec.to_builtins(body).items()
@@ -196,7 +195,12 @@ async def chat_completions(request, run: RequestRun):
         estimate=estimate,
     )
     stage_request = StageRequest(
-        request_id=run.request_id, messages=messages, sampling=entry_sampling, params=params, arrival_time=time.time()
+        request_id=run.request_id,
+        messages=messages,
+        sampling=entry_sampling,
+        options=options,
+        params=params,
+        arrival_time=time.time(),
     )
     deltas = await run.submit(stage_request, later_sampling)
     view = ChatView(run, modalities, audio_format, body)

@@ -1,6 +1,6 @@
 """POST /v1/completions: a raw prompt in, text out. The prompt reaches the model as written,
-chat-templated models included (`params["raw_prompt"]`: their entry stage applies no template);
-only text is produced (`params["modalities"]`: an omni pipeline's audio stages are left out)."""
+chat-templated models included (`options.raw_prompt`: their entry stage applies no template);
+only text is produced (`options.modalities`: an omni pipeline's audio stages are left out)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
-from control_plane.openai_compat.chat import StreamOptions
+from control_plane.openai_compat.chat import StreamOptions, sampling_fields
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from control_plane.openai_compat.unsupported import refuse_unsupported
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
-DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this endpoint
+COMPLETIONS_MAX_TOKENS = 16
+"""OpenAI's API reference gives this endpoint's `max_tokens` this default: a field of the request as
+the client sends it, over the stage's own limits (stages.protocol.DEFAULT_MAX_TOKENS is the platform's)."""
 
 
 class CompletionRequest(msgspec.Struct, kw_only=True):
@@ -78,13 +80,11 @@ async def completions(request, run: RequestRun):
     served = await served_deployment(run.caller, body.model, check=completions_supported)
     run.served = served
     stream = bool(body.stream)
-    fields = {name: getattr(body, name) for name in ("temperature", "top_p", "top_k", "seed", "min_tokens", "stop",
-                                                      "stop_token_ids", "ignore_eos")}  # fmt: skip
-    fields["max_tokens"] = body.max_tokens or DEFAULT_MAX_TOKENS
+    fields = sampling_fields(body)
+    fields["max_tokens"] = body.max_tokens or COMPLETIONS_MAX_TOKENS
     entry_sampling, later_sampling, params = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
-    params.update({"raw_prompt": True, "modalities": ["text"]})
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
     await run.open(
         served,
@@ -99,6 +99,7 @@ async def completions(request, run: RequestRun):
         prompt=prompt,
         prompt_token_ids=token_ids,
         sampling=entry_sampling,
+        options=RequestOptions(modalities=["text"], raw_prompt=True),
         params=params,
         arrival_time=time.time(),
     )

@@ -19,7 +19,7 @@ from control_plane.inference import audio_encoding
 from control_plane.inference.errors import ApiError, openai_endpoint
 from control_plane.inference.models import Route
 from control_plane.inference.request_run import RequestRun
-from control_plane.inference.request_voice import voice_params
+from control_plane.inference.request_voice import request_voice
 from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.access import authenticate
 from control_plane.openai_compat.bodies import convert, read_json
@@ -36,7 +36,7 @@ from control_plane.openai_compat.response_store import delete_response, earlier_
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import sse_response
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 
 def audio_format_of(body: ResponseRequest, modalities: list[str], stream: bool) -> str:
@@ -73,8 +73,8 @@ async def create(request, run: RequestRun):
     fields = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens,
               "seed": body.seed}  # fmt: skip
     entry_sampling, later_sampling, params = build_sampling(served.pipeline, served.deploy, fields, None)
-    params.update(await voice_params(served, run.caller.user, body.audio.voice if body.audio else None))
-    params["modalities"] = modalities
+    voice, voice_params = await request_voice(served, run.caller.user, body.audio.voice if body.audio else None)
+    params.update(voice_params)
     parameters = {k: v for k, v in msgspec.to_builtins(body).items()
                   if k not in ("input", "model", "instructions") and v is not None}  # fmt: skip
     parameters["store"] = body.store
@@ -87,7 +87,8 @@ async def create(request, run: RequestRun):
         estimate={"text_tokens": float(entry_sampling.max_tokens)} if entry_sampling else {},
     )
     stage_request = StageRequest(request_id=run.request_id, messages=[*system, *conversation],
-                                 sampling=entry_sampling, params=params, arrival_time=time.time())  # fmt: skip
+                                 sampling=entry_sampling, options=RequestOptions(modalities=modalities, voice=voice),
+                                 params=params, arrival_time=time.time())  # fmt: skip
     deltas = await run.submit(stage_request, later_sampling)
     view = ResponseView(run, parameters, body.instructions, modalities, audio_format)
     if not stream:

@@ -27,10 +27,10 @@ async def request_prepare(
     served: Served, request: StageRequest, *, sampling: dict[str, Any], modalities: list[str] | None = None
 ) -> Prepared:
     """Complete `request` for `served` in place: output modalities checked against the pipeline's
-    (`params["modalities"]`), media in its messages fetched and decoded, sampling merged over the
+    (`options.modalities`), media in its messages fetched and decoded, sampling merged over the
     pipeline's and the deployment's defaults. Raises ApiError naming the field at fault."""
     if modalities is not None:
-        modalities = request.params["modalities"] = check_modalities(modalities, served.output_modalities)
+        modalities = request.options.modalities = check_modalities(modalities, served.output_modalities)
     summary = None
     if request.messages:
         request.messages = await prepare_messages(request.messages)

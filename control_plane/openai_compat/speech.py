@@ -25,13 +25,13 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import Deltas, RequestRun
-from control_plane.inference.request_voice import voice_params
+from control_plane.inference.request_voice import request_voice
 from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sse import event, sse_response
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 MAX_INPUT_CHARS = 4096
 
@@ -100,9 +100,10 @@ async def speech(request, run: RequestRun):
     entry_sampling, later_sampling, params = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
-    params.update({key: getattr(body, key) for key in ("instructions", "language") if getattr(body, key)})
-    params.update(await voice_params(served, run.caller.user, body.voice))
-    params["modalities"] = ["audio"]
+    voice, voice_params = await request_voice(served, run.caller.user, body.voice)
+    params.update(voice_params)
+    options = RequestOptions(modalities=["audio"], voice=voice, language=body.language or None,
+                             instructions=body.instructions or None)  # fmt: skip
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}
     await run.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"],
                    stream=mode is not None)  # fmt: skip
@@ -111,7 +112,12 @@ async def speech(request, run: RequestRun):
     else:
         text_input = {"prompt": body.input}
     stage_request = StageRequest(
-        request_id=run.request_id, sampling=entry_sampling, params=params, arrival_time=time.time(), **text_input
+        request_id=run.request_id,
+        sampling=entry_sampling,
+        options=options,
+        params=params,
+        arrival_time=time.time(),
+        **text_input,
     )
     deltas = await run.submit(stage_request, later_sampling)
     headers = {"X-Request-Id": run.request_id}

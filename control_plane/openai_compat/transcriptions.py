@@ -32,7 +32,7 @@ from control_plane.openai_compat.transcription_inputs import (
     transcription_messages,
     validate,
 )
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 
 def require_hearing(served: Served) -> None:
@@ -67,9 +67,7 @@ async def _serve(request, run: RequestRun, *, translation: bool):
     run.served = served
     fields = {"temperature": body.temperature, "max_tokens": body.max_tokens, "seed": body.seed}
     entry_sampling, later_sampling, params = build_sampling(served.pipeline, served.deploy, fields, None)
-    params["modalities"] = ["text"]
-    if body.language and not translation:
-        params["language"] = body.language
+    options = RequestOptions(modalities=["text"], language=body.language if body.language and not translation else None)
     text = instruction(body, translation=translation)
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k != "model" and v is not None}
     run.audio_in = (audio.samples, audio.sample_rate)
@@ -77,7 +75,8 @@ async def _serve(request, run: RequestRun, *, translation: bool):
                    modalities=["text"], stream=stream,
                    estimate={"text_tokens": float(entry_sampling.max_tokens) if entry_sampling else 0.0})  # fmt: skip
     stage_request = StageRequest(request_id=run.request_id, messages=transcription_messages(audio, text),
-                                 sampling=entry_sampling, params=params, arrival_time=time.time())  # fmt: skip
+                                 sampling=entry_sampling, options=options, params=params,
+                                 arrival_time=time.time())  # fmt: skip
     deltas = await run.submit(stage_request, later_sampling)
     if stream:
         return sse_response(_events(run, deltas))

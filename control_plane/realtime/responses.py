@@ -28,13 +28,13 @@ from control_plane.inference.errors import ApiError
 from control_plane.inference.models import Route
 from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
-from control_plane.inference.request_voice import voice_params
+from control_plane.inference.request_voice import request_voice
 from control_plane.inference.targets import Caller, Served
 from control_plane.realtime.conversation import Item, Part
 from control_plane.realtime.events import server_event
 from control_plane.realtime.sampling import entry_sampling, later_sampling
 from control_plane.realtime.session_quota import ResponseCharge
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 from stages.resampling import StreamResampler
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class ResponseRun:
         self.model_rate: int | None = None
         self.first_audio_s: float | None = None
         self.failure: ApiError | None = None
-        self.voice: dict = {}  # the request params of the voice, checked when the response starts
+        self.voice: tuple[str | None, dict] = (None, {})  # the voice and its params, checked when the response starts
         principal = session.principal
         self.request = RequestRun(route=Route.REALTIME, request_id=self.id, caller=Caller(principal.user,
                                   principal.api_key), charge=ResponseCharge(session.quota))  # fmt: skip
@@ -216,7 +216,8 @@ class ResponseRun:
             request_id=self.id,
             messages=self.spec.messages,
             sampling=sampling,
-            params=dict(self.voice),
+            options=RequestOptions(voice=self.voice[0]),
+            params=dict(self.voice[1]),
             arrival_time=time.time(),
         )
 
@@ -251,7 +252,7 @@ class ResponseRun:
             return
         later = later_sampling(session.pipeline, session.deploy, self.spec.max_output_tokens)
         try:
-            self.voice = await voice_params(self.request.served, self.session.principal.user, self.spec.voice)
+            self.voice = await request_voice(self.request.served, self.session.principal.user, self.spec.voice)
             deltas = await self.request.submit(self.stage_request(), later, idle_timeout=IDLE_TIMEOUT_S)
         except ApiError as refused:
             self.failure = await self.request.fail(refused)

@@ -4,16 +4,15 @@ A stage's defaults are the pipeline's, overridden by the deployment's per-stage 
 (`DeployConfig.stages[name].sampling`, e.g. a talker's max_tokens), then by the session:
 a number in `max_output_tokens` bounds every AR stage's output tokens, audio codes included
 (as OpenAI counts audio tokens in it); "inf" leaves the stages' own limits. The session's
-temperature applies to the entry stage (the thinker) only.
+temperature applies to the entry stage (the thinker) only. One merge does it
+(`stages.sampling_merge.merge_sampling`).
 """
 
 from __future__ import annotations
 
-import msgspec
-
-from control_plane.realtime.session_config import DEFAULT_MAX_OUTPUT_TOKENS
 from stages.config import DeployConfig, PipelineConfig
 from stages.protocol import SamplingParams
+from stages.sampling_merge import merge_sampling
 
 
 def entry_sampling(
@@ -22,13 +21,8 @@ def entry_sampling(
     entry = pipeline.entry_stage
     if entry.kind != "ar":
         return None
-    merged = deploy.default_sampling(entry)
-    if max_output_tokens != "inf":
-        merged["max_tokens"] = max_output_tokens
-    merged.setdefault("max_tokens", DEFAULT_MAX_OUTPUT_TOKENS)
-    if temperature is not None:
-        merged["temperature"] = temperature
-    return msgspec.convert(merged, SamplingParams, strict=False)
+    session = {"max_tokens": _bound(max_output_tokens), "temperature": temperature}
+    return merge_sampling(entry.default_sampling, deploy.sampling_override(entry), session)
 
 
 def later_sampling(
@@ -40,9 +34,14 @@ def later_sampling(
         return {}
     entry_id = pipeline.entry_stage.id
     return {
-        stage.name: msgspec.convert(
-            {**deploy.default_sampling(stage), "max_tokens": max_output_tokens}, SamplingParams, strict=False
+        stage.name: merge_sampling(
+            stage.default_sampling, deploy.sampling_override(stage), {"max_tokens": max_output_tokens}
         )
         for stage in pipeline.stages
         if stage.kind == "ar" and stage.id != entry_id
     }
+
+
+def _bound(max_output_tokens: int | str) -> int | None:
+    """The session's bound on output tokens; None for "inf" (the stage's own limit)."""
+    return None if max_output_tokens == "inf" else int(max_output_tokens)

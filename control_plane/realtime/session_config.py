@@ -14,7 +14,6 @@ from control_plane.realtime.audio_formats import PCM, AudioFormat, FormatError, 
 from control_plane.realtime.events import ProtocolError
 
 MODEL_INPUT_RATE = 16000  # the omni thinkers' audio feature extractors take 16 kHz
-DEFAULT_MAX_OUTPUT_TOKENS = 256  # of the first stage, when neither the session nor the stage sets one
 SERVER_VAD_DEFAULTS = {
     "type": "server_vad",
     "threshold": 0.5,

@@ -4,36 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from stages.errors import InvalidRequest
 from stages.protocol import SamplingParams, StageRequest
+from stages.sampling_merge import merge_sampling
 
 
 def parse_sampling(request: StageRequest, defaults: dict[str, Any] | None = None) -> SamplingParams:
-    """The request's sampling: `sampling`, else a dict in `params["sampling"]`, else the defaults."""
-    if request.sampling is not None:
-        sampling = request.sampling
-    else:
-        raw = {**(defaults or {}), **(request.params.get("sampling") or {})}
-        try:
-            sampling = msgspec.convert(raw, SamplingParams)
-        except msgspec.ValidationError as error:
-            raise InvalidRequest(_sampling_field(str(error)), str(error)) from None
+    """The request's `sampling`, validated; the stage's defaults (its deployment's `sampling`)
+    when the request carries none."""
+    sampling = request.sampling if request.sampling is not None else merge_sampling(deployment=defaults)
     sampling.validate()
-    for token_id in sampling.stop_token_ids:
-        if token_id < 0:
-            raise InvalidRequest("stop_token_ids", f"token ids must be >= 0, got {token_id}")
     return sampling
-
-
-def _sampling_field(message: str) -> str:
-    """msgspec says 'Object contains unknown field `temprature`' or '... - at `$.top_k`'."""
-    if "`$." in message:
-        return message.rsplit("`$.", 1)[1].rstrip("`")
-    if "unknown field `" in message:
-        return message.split("unknown field `", 1)[1].split("`", 1)[0]
-    return "sampling"
 
 
 def parse_hidden_layers(value: Any, num_layers: int) -> tuple[int, ...]:

@@ -158,7 +158,7 @@ class ARTorchEngine(StageEngine):
     # -- StageEngine -------------------------------------------------------------------------
 
     def add_request(self, request: StageRequest) -> None:
-        sampling = parse_sampling(request, self.options.get("sampling"))
+        sampling = parse_sampling(request, self.deploy.sampling)
         hidden_layers = parse_hidden_layers(request.params.get("hidden_layers"), self.num_layers)
         token_ids, embeds = self._prompt_of(request)
         if not token_ids and embeds is None and request.finished:

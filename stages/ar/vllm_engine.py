@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stages.ar.inputs import parse_sampling
 from stages.config import StageDeployConfig
 from stages.engine import StageEngine
 from stages.errors import InvalidRequest
@@ -56,6 +57,7 @@ class VLLMEngine(StageEngine):
         from vllm.v1.engine.llm_engine import LLMEngine
 
         self.max_length = stage_deploy.max_length
+        self.default_sampling = dict(stage_deploy.sampling)
         self.stage_id = stage_id
         arguments: dict[str, Any] = dict(
             model=str(model_dir),
@@ -85,8 +87,7 @@ class VLLMEngine(StageEngine):
             raise InvalidRequest("finished", "the vllm backend takes no streamed input; use the torch backend")
         if request.inputs_embeds is not None:
             raise InvalidRequest("inputs_embeds", "the vllm backend takes token ids or text; use the torch backend")
-        sampling = request.sampling or SamplingParams()
-        sampling.validate()
+        sampling = parse_sampling(request, self.default_sampling)
         token_ids = self._prompt_token_ids(request)
         if not token_ids:
             raise InvalidRequest("prompt", "must not be empty")

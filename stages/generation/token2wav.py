@@ -148,7 +148,7 @@ class Token2WavDecoder:
     def open(self, request: StageRequest) -> Any:
         import torch
 
-        cond, ref_mel = self.speaker_of(request.params)
+        cond, ref_mel = self.speaker_of(request)
         generator = torch.Generator().manual_seed(int(request.params.get("seed", 0)))
         noise = torch.randn([1, self.repeats * self.max_frames, self.dit.config.mel_dim], generator=generator)
         dtype = self.dit.dtype
@@ -158,17 +158,17 @@ class Token2WavDecoder:
             "noise": noise.to(self.device, dtype),
         }
 
-    def speaker_of(self, params: dict) -> tuple[Any, Any]:
+    def speaker_of(self, request: StageRequest) -> tuple[Any, Any]:
         """(cond, ref_mel) of the request's voice: a custom voice's conditioning when it carries one
         (stages/voice_conditioning.py), else the named built-in speaker's (the API checked the name;
         the offline library's requests are refused here when it names none of them)."""
         from stages.tensors import from_wire
         from stages.voice_conditioning import conditioning_of
 
-        custom = conditioning_of(params)
+        custom = conditioning_of(request.params)
         if custom is not None:
             return from_wire(custom.cond), from_wire(custom.ref_mel)
-        voice = params.get("voice") or DEFAULT_VOICE
+        voice = request.options.voice or DEFAULT_VOICE
         if str(voice).lower() not in self.speakers:
             raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {sorted(self.speakers)}")
         speaker = self.speakers[str(voice).lower()][1]

@@ -55,7 +55,7 @@ def prepare_omni_request(request: StageRequest, processor, video_limits: VideoLi
     if messages is None:
         if not request.prompt:
             raise InvalidRequest("messages", "send messages, a prompt or prompt_token_ids")
-        if request.params.get("raw_prompt"):  # /v1/completions: the prompt as written, no template
+        if request.options.raw_prompt:  # /v1/completions: the prompt as written, no template
             token_ids = processor.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
             return msgspec.structs.replace(request, prompt=None, prompt_token_ids=token_ids)
         messages = [{"role": "user", "content": request.prompt}]

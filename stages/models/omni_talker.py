@@ -100,10 +100,10 @@ class OmniTalkerEngine(StageEngine):
     def add_request(self, request: StageRequest) -> None:
         if request.request_id in self.requests:
             raise InvalidRequest("request_id", f"request {request.request_id!r} is already running")
-        voice = self.voice_of(request.params)
+        voice = self.voice_of(request)
         if "thinker_prompt_ids" not in request.params:
             raise InvalidRequest("params.thinker_prompt_ids", "the talker needs the thinker's first output")
-        sampling = parse_sampling(request, self.engine.options.get("sampling"))
+        sampling = parse_sampling(request, self.engine.deploy.sampling)
         if sampling.repetition_penalty is None:
             sampling = msgspec.structs.replace(sampling, repetition_penalty=self.repetition_penalty)
         rows = ThinkerRows(
@@ -116,11 +116,11 @@ class OmniTalkerEngine(StageEngine):
         self.requests[request.request_id] = rows
         self._receive(request, rows)
 
-    def voice_of(self, params: dict[str, Any]) -> Any:
+    def voice_of(self, request: StageRequest) -> Any:
         """The speaker value the family's prompt uses: a custom voice's (its conditioning travels with
         the request) or the named built-in voice's (the API checked the name; the offline library's
         requests are refused here when it names none of them)."""
-        voice = str(params.get("voice") or self.default_voice).lower()
+        voice = str(request.options.voice or self.default_voice).lower()
         if voice not in self.voices:
             raise InvalidRequest("voice", f"unknown voice {voice!r}; this model has {self.voice_names}")
         return self.voices[voice]

@@ -37,7 +37,7 @@ from stages.ar.mrope import rope_position_ids
 from stages.ar.sequence import Sequence
 from stages.errors import InvalidRequest
 from stages.models.omni_talker import OmniTalkerEngine, ThinkerRows
-from stages.protocol import StageOutput
+from stages.protocol import StageOutput, StageRequest
 from stages.voice_conditioning import conditioning_of
 
 TALKER_EOS = (8292, 8294)
@@ -106,11 +106,11 @@ class TalkerEngine(OmniTalkerEngine):
         self.thinker_rows = thinker_rows
         self.qwen_prompt = qwen_prompt
 
-    def voice_of(self, params: dict) -> int:
+    def voice_of(self, request: StageRequest) -> int:
         """The speaker's bos token: a custom voice's (its nearest built-in speaker's) or a built-in one's."""
-        custom = conditioning_of(params)
+        custom = conditioning_of(request.params)
         if custom is None:
-            return super().voice_of(params)
+            return super().voice_of(request)
         if custom.bos_token not in self.thinker_rows:
             raise InvalidRequest("voice", f"the voice's speaker token {custom.bos_token} is none of this model's")
         return custom.bos_token

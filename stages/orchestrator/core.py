@@ -51,6 +51,7 @@ from stages.orchestrator.metrics import summarize
 from stages.orchestrator.state import RequestState, StageProgress, parse_wire_id
 from stages.orchestrator.wanted import unwanted_stages
 from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
+from stages.sampling_merge import merge_sampling
 
 
 @dataclass
@@ -277,7 +278,7 @@ class Orchestrator:
                     summary=RequestSummary(),
                 )
             ]
-        unwanted = unwanted_stages(deployment.pipeline, event.request.params.get("modalities"))
+        unwanted = unwanted_stages(deployment.pipeline, event.request.options.modalities)
         needed = [stage for stage in deployment.pipeline.stages if stage.id not in unwanted]
         in_flight = [state for state in self.requests.values() if state.deployment_id == event.deployment_id]
         refused = admission_refusal(deployment.deploy, needed, in_flight, deployment.stage_seconds)
@@ -505,6 +506,7 @@ class Orchestrator:
             outputs=batch,
             sampling=self._sampling_for(state, graph.stage[target]),
             base_params=state.entry.params,
+            options=state.entry.options,
             at=at,
             trace=state.stage_trace if receiver.sent_seq == 0 else "",  # the stage span starts with its first input
         )
@@ -512,13 +514,14 @@ class Orchestrator:
 
     def _sampling_for(self, state: RequestState, stage: StageConfig) -> SamplingParams | None:
         """The request's own sampling for the stage, else the pipeline's default with the
-        deployment's overrides (`DeployConfig.stages[name].sampling`)."""
+        deployment's override (`DeployConfig.stages[name].sampling`); None where neither sets
+        any (the stage keeps its own defaults)."""
         if stage.name in state.sampling:
             return state.sampling[stage.name]
         deployment = self.deployments.get(state.deployment_id)
-        merged = deployment.deploy.default_sampling(stage) if deployment else dict(stage.default_sampling)
-        if merged:
-            return msgspec.convert(merged, SamplingParams)
+        override = deployment.deploy.sampling_override(stage) if deployment else {}
+        if stage.default_sampling or override:
+            return merge_sampling(stage.default_sampling, override)
         return None
 
     def _finish_stage(self, state: RequestState, stage_id: int, reason: str | None, at: float) -> None:

@@ -1,7 +1,8 @@
 """Turning a stage's outputs into the next stage's input.
 
 The receiving stage gets the same request (wire) id, its own stage id and seq, text in
-`prompt`, token ids in `prompt_token_ids`, payloads and params carried through, and
+`prompt`, token ids in `prompt_token_ids`, payloads, params and the request's options carried
+through, and
 `finished` once every upstream stage finished. The receiving engine's input processor
 interprets them (DESIGN.md: input processors run on the receiving host).
 A non-streaming edge delivers all of the source's outputs at once, concatenated.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stages.protocol import SamplingParams, StageOutput, StageRequest, Tensor
+from stages.protocol import RequestOptions, SamplingParams, StageOutput, StageRequest, Tensor
 
 
 def has_content(output: StageOutput) -> bool:
@@ -30,6 +31,7 @@ def build_stage_request(
     base_params: dict[str, Any],
     at: float,
     trace: str = "",
+    options: RequestOptions | None = None,
 ) -> StageRequest:
     params: dict[str, Any] = dict(base_params) if seq == 0 else {}
     for output in outputs:
@@ -47,6 +49,7 @@ def build_stage_request(
         prompt_token_ids=[token for output in outputs for token in output.token_ids],
         payloads=concat_payloads([output.payloads for output in outputs]),
         sampling=sampling if seq == 0 else None,
+        options=(options or RequestOptions()) if seq == 0 else RequestOptions(),
         params=params,
         arrival_time=at,
         trace=trace,

@@ -7,7 +7,7 @@ from stages.config import load_deploy_config
 from stages.echo import family as echo_family
 from stages.groups import StageGroups
 from stages.models import get_family
-from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageError, StageOutput, StageRequest
 from workers.group_handover import GroupHandover
 
 OMNI = get_family("qwen2_5_omni").pipeline
@@ -23,9 +23,10 @@ def whole_omni() -> GroupHandover:
     return handover(OMNI, {name: {"group": "g"} for name in ("thinker", "talker", "code2wav")})
 
 
-def admit(chain: GroupHandover, **params) -> None:
+def admit(chain: GroupHandover, **options) -> None:
     sampling = {"talker": SamplingParams(max_tokens=9)}
-    chain.admit(StageRequest(request_id="r", prompt="hi", params={"voice": "v", **params}, group_sampling=sampling))
+    request_options = RequestOptions(voice="v", **options)
+    chain.admit(StageRequest(request_id="r", prompt="hi", options=request_options, group_sampling=sampling))
 
 
 def test_a_streaming_edge_hands_each_output_on_with_the_hidden_states_and_strips_them_from_the_text():
@@ -37,7 +38,7 @@ def test_a_streaming_edge_hands_each_output_on_with_the_hidden_states_and_strips
     (talker_input,) = first.inputs
     assert (talker_input.stage_id, talker_input.seq, talker_input.finished) == (1, 0, False)
     assert talker_input.payloads["hidden"] is HIDDEN
-    assert talker_input.sampling.max_tokens == 9 and talker_input.params["voice"] == "v"
+    assert talker_input.sampling.max_tokens == 9 and talker_input.options.voice == "v"
     assert first.leaving.text == "a" and first.leaving.payloads == {}
     last = chain.route(StageOutput(request_id="r", stage_id=0, seq=1, finished=True, finish_reason="stop"))
     assert [(i.seq, i.finished, i.sampling) for i in last.inputs] == [(1, True, None)]

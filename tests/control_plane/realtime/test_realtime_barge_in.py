@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 STEP_S = 0.15
 SLOW_VOICE = {"stages": {"echo": {"options": {"delay_s": STEP_S}}, "voice": {"options": {"delay_s": STEP_S}}}}
-WORD_COUNT = 200  # under the realtime default of 256 output tokens; one word per step
+WORD_COUNT = 200  # under the default of 512 output tokens (DEFAULT_MAX_TOKENS); one word per step
 LONG_TEXT = " ".join(f"word{i}" for i in range(WORD_COUNT))
 UNINTERRUPTED_RUN_S = WORD_COUNT * STEP_S
 """How long the response runs if nobody interrupts it: far longer than the waits below, so

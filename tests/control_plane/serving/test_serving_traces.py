@@ -19,7 +19,7 @@ from procs import wait_for
 from control_plane.deployments.models import Deployment
 from control_plane.orchestrator.serving import serve
 from stages import tracing
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 STAGES = ("echo", "voice")
@@ -58,7 +58,7 @@ async def _serve(redis_url: str, deployment_id: str, request: StageRequest) -> l
 def test_a_requests_spans_share_one_trace(echo_stack, collector, memory_spans):
     deployment_id = str(Deployment.objects.get(name="echo-voice").id)
     request = StageRequest(request_id=f"req-{uuid.uuid4().hex[:10]}", prompt="a few words about the sea",
-                           params={"modalities": ["text", "audio"]}, arrival_time=time.time())  # fmt: skip
+                           options=RequestOptions(modalities=["text", "audio"]), arrival_time=time.time())  # fmt: skip
     messages = asyncio.run(_serve(echo_stack.redis.url, deployment_id, request))
     assert messages[-1].kind == "complete"
 

@@ -19,12 +19,12 @@ def engine(tiny_llms):
 
 
 BAD_REQUESTS = {
-    "temprature": StageRequest(request_id="bad", prompt="hi", params={"sampling": {"temprature": 0.5}}),
     "max_tokens": StageRequest(request_id="bad", prompt="hi", sampling=SamplingParams(max_tokens=-1)),
     "prompt": StageRequest(request_id="bad", prompt_token_ids=[5] * 64),
     "prompt_token_ids": StageRequest(request_id="bad", prompt_token_ids=[1, 2, 10**6]),
     "hidden_layers": StageRequest(request_id="bad", prompt="hi", params={"hidden_layers": [7]}),
-    "top_p": StageRequest(request_id="bad", prompt="hi", params={"sampling": {"top_p": 0}}),
+    "top_p": StageRequest(request_id="bad", prompt="hi", sampling=SamplingParams(top_p=0)),
+    "stop_token_ids": StageRequest(request_id="bad", prompt="hi", sampling=SamplingParams(stop_token_ids=[-1])),
 }
 
 

@@ -321,7 +321,7 @@ def test_omni_unknown_voice_is_refused(omni_models, family):
     from stages.omni import Omni
 
     with Omni(omni_models[family]) as omni, pytest.raises(InvalidRequest) as raised:
-        omni.generate({"messages": [{"role": "user", "content": "hi"}], "params": {"voice": "Nobody"}})
+        omni.generate({"messages": [{"role": "user", "content": "hi"}], "options": {"voice": "Nobody"}})
     assert raised.value.param == "voice"
 
 

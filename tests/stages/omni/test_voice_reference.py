@@ -4,12 +4,11 @@ survives the wire, and code2wav decodes with it, not with a built-in speaker's, 
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 import pytest
 
 from stages.config import StageDeployConfig
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest, decoder, encode
 from stages.tensors import from_wire, to_numpy
 from stages.voice_conditioning import PARAM, conditioning_of, conditioning_params
 
@@ -71,25 +70,27 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
 
     model = str(repo_tiny_models / "qwen2_5_omni")
     derived = derive(model, voiced_clip(3.5, 24000, f0=220.0), 24000)
-    wire = msgspec.msgpack.encode({"voice": "mine", PARAM: conditioning_params(derived)})
-    params = msgspec.msgpack.decode(wire)  # as a replica reads it off its stream
-    assert conditioning_of(params) == derived
+    wire = encode(StageRequest(request_id="x", options=RequestOptions(voice="mine"),
+                               params={PARAM: conditioning_params(derived)}))  # fmt: skip
+    sent = decoder(StageRequest).decode(wire)  # as a replica reads it off its stream
+    params = sent.params
+    assert conditioning_of(params) == derived and sent.options.voice == "mine"
 
     deploy = StageDeployConfig(
         max_batch=2, max_length=256, options={"token2wav_cuda_graphs": False, "token2wav_warm_up": False}
     )
     engine = build_token2wav(model, deploy)
-    cond, ref_mel = engine.decoder.speaker_of(params)
+    cond, ref_mel = engine.decoder.speaker_of(sent)
     np.testing.assert_array_equal(cond.numpy(), to_numpy(derived.cond))
     np.testing.assert_array_equal(ref_mel.numpy(), to_numpy(derived.ref_mel))
-    opened = engine.decoder.open(StageRequest(request_id="x", params=params))
+    opened = engine.decoder.open(sent)
     np.testing.assert_array_equal(opened["ref_mel"].float().numpy(), from_wire(derived.ref_mel).numpy())
 
     codes = np.random.default_rng(5).integers(0, 8192, size=24).tolist()
 
-    def speak(request_id: str, request_params: dict) -> np.ndarray:
+    def speak(request_id: str, voice: str, request_params: dict) -> np.ndarray:
         request = StageRequest(request_id=request_id, stage_id=2, prompt_token_ids=codes,
-                               params={**request_params, "seed": 3})  # fmt: skip
+                               options=RequestOptions(voice=voice), params={**request_params, "seed": 3})  # fmt: skip
         engine.add_request(request)
         chunks = []
         while engine.has_unfinished():
@@ -98,9 +99,9 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
                 chunks.append(to_numpy(output.payloads["audio"]))
         return np.concatenate(chunks)
 
-    builtin_opened = engine.decoder.open(StageRequest(request_id="y", params={"voice": derived.nearest}))
+    builtin_opened = engine.decoder.open(StageRequest(request_id="y", options=RequestOptions(voice=derived.nearest)))
     assert builtin_opened["ref_mel"].shape == opened["ref_mel"].shape  # their windows batch together
-    custom, builtin = speak("custom", params), speak("builtin", {"voice": derived.nearest})
+    custom, builtin = speak("custom", "mine", params), speak("builtin", derived.nearest, {})
     # Same codes, seed and speaker embedding: only the reference differs (the random tiny vocoder is quiet).
     assert custom.shape == builtin.shape
     assert np.abs(custom - builtin).max() > 1e-4 * np.abs(builtin).max() > 0

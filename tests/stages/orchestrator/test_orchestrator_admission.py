@@ -11,7 +11,7 @@ from stages.echo import family as echo_family
 from stages.errors import ConfigError
 from stages.orchestrator import DeploymentUp, Fail, Orchestrator, ReplicaUp, SendToReplica, Tick
 from stages.orchestrator.admission import StageSeconds, retry_after_s
-from stages.protocol import Tensor
+from stages.protocol import RequestOptions, Tensor
 
 
 def make_core(variant="default", replicas=None, **deploy) -> Orchestrator:
@@ -56,7 +56,7 @@ def test_requests_still_upstream_count_against_a_slow_downstream_stage():
 def test_stages_a_request_does_not_need_do_not_refuse_it():
     core = make_core("voice", stages={"voice": {"max_running": 1, "max_waiting": 0}})
     assert of_type(submit(core, "spoken"), SendToReplica)
-    assert of_type(submit(core, "text-only", params={"modalities": ["text"]}), SendToReplica)
+    assert of_type(submit(core, "text-only", options=RequestOptions(modalities=["text"])), SendToReplica)
     assert of_type(submit(core, "spoken-too"), Fail)[0].error.code == "overloaded"
 
 

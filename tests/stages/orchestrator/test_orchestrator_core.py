@@ -24,7 +24,7 @@ from stages.orchestrator import (
     decode_state,
     encode_state,
 )
-from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest, Tensor
+from stages.protocol import RequestOptions, SamplingParams, StageError, StageOutput, StageRequest, Tensor
 
 DEPLOYMENT = "dep"
 
@@ -154,11 +154,11 @@ def test_non_streaming_edge_sends_the_concatenated_output_once_the_source_finish
 
 def test_downstream_sampling_comes_from_the_submit():
     core = make_core("chain")
-    request = StageRequest(request_id="r1", prompt="x", params={"voice": "v"})
+    request = StageRequest(request_id="r1", prompt="x", options=RequestOptions(voice="v"), params={"k": 1})
     core.handle(Submit(deployment_id=DEPLOYMENT, request=request, sampling={"echo2": SamplingParams(max_tokens=3)}))
     (send,) = of_type(output(core, text="x", finished=True), SendToReplica)
     assert send.request.sampling.max_tokens == 3
-    assert send.request.params["voice"] == "v"
+    assert send.request.options.voice == "v" and send.request.params["k"] == 1
 
 
 def test_cancel_aborts_every_replica_holding_the_request():

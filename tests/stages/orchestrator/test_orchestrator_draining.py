@@ -97,4 +97,4 @@ def test_a_changed_deploy_config_applies_to_new_requests():
     assert sent_to(submit(core, "r1")) == ["r"]
     (fail,) = submit(core, "r2")
     assert isinstance(fail, Fail) and fail.error.code == "queue_full"
-    assert core.deployments[DEPLOYMENT].deploy.default_sampling(pipeline.stages[0]) == {"max_tokens": 1}
+    assert core.deployments[DEPLOYMENT].deploy.sampling_override(pipeline.stages[0]) == {"max_tokens": 1}

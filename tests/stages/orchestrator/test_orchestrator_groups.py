@@ -21,7 +21,7 @@ from stages.orchestrator import (
     Submit,
     Tick,
 )
-from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest, Tensor
+from stages.protocol import RequestOptions, SamplingParams, StageError, StageOutput, StageRequest, Tensor
 
 DEPLOYMENT = "dep"
 OMNI = get_family("qwen2_5_omni").pipeline
@@ -143,7 +143,7 @@ def test_the_inner_stage_stays_alive_while_the_group_sends_outputs():
 
 def test_a_text_only_request_completes_when_the_thinker_finishes():
     core = make_core(WHOLE, {"thinker": ["g-0"]})
-    submit(core, params={"modalities": ["text"]})
+    submit(core, options=RequestOptions(modalities=["text"]))
     done = output(core, 0, text="a", finished=True, replica_id="g-0")
     assert len(of_type(done, Complete)) == 1
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from stages.models.qwen2_5_omni import family as omni_family
 from stages.orchestrator import Complete, Emit, SendToReplica
 from stages.orchestrator.wanted import unwanted_stages
+from stages.protocol import RequestOptions
 from tests.stages.orchestrator.test_orchestrator_core import make_core, of_type, output, submit
 
 
@@ -20,7 +21,7 @@ def test_unwanted_stages_follow_the_graph_back_from_the_requested_outputs():
 
 def test_a_text_only_request_never_reaches_the_voice_stage():
     core = make_core("voice")
-    sent = submit(core, params={"modalities": ["text"]})
+    sent = submit(core, options=RequestOptions(modalities=["text"]))
     assert [a.replica_id for a in of_type(sent, SendToReplica)] == ["echo-0"]
     first = output(core, text="a", token_ids=[1])
     last = output(core, seq=1, text=" b", token_ids=[2], finished=True)
