@@ -1,5 +1,5 @@
 """The live platforms of the /v1 serving tests and the realtime tests
-(tests/control_plane/serving/conftest.py, tests/control_plane/realtime/conftest.py), shared
+(tests/control_plane/openai_compat/conftest.py, tests/control_plane/realtime/conftest.py), shared
 here so the security tests hit the real ASGI server, worker pool and orchestrator."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def _load(name: str, area: str):
     return module
 
 
-_serving = _load("serving_conftest", "serving")
+_serving = _load("serving_conftest", "openai_compat")
 _realtime = _load("realtime_conftest", "realtime")
 
 serving_pipeline_definitions = _serving.serving_pipeline_definitions

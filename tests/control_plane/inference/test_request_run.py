@@ -2,7 +2,7 @@
 
 Real Redis (quota scripts, the history log), the real database (history rows, usage records),
 the real serving client (`serve()`); the orchestrator's side of the wire is a stand-in that
-answers each Submit with the messages the test scripts, as tests/control_plane/serving/
+answers each Submit with the messages the test scripts, as tests/control_plane/openai_compat/
 test_serving_replies.py does. History is written by the history writer's own catch-up.
 """
 
