@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from stages.diffusion_knobs import DiffusionKnobs
 from stages.protocol import RequestOptions, StageRequest
 
 MODES = ("chat", "image", "speech", "video")
@@ -157,11 +158,10 @@ def _image(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         "num_inference_steps": _int(data, "num_inference_steps", 4, 1, 200),
         "seed": _int(data, "seed", None, 0, 2**63 - 1),
     }
-    params = {"height": height, "width": width, "num_inference_steps": parameters["num_inference_steps"]}
-    params["output_format"] = "png"
-    if parameters["seed"] is not None:
-        params["seed"] = parameters["seed"]
-    request = StageRequest(request_id=request_id, prompt=prompt, params=params, arrival_time=time.time())
+    knobs = DiffusionKnobs(height=height, width=width, num_inference_steps=parameters["num_inference_steps"],
+                           seed=parameters["seed"], output_format="png")  # fmt: skip
+    request = StageRequest(request_id=request_id, prompt=prompt, options=RequestOptions(diffusion=knobs),
+                           arrival_time=time.time())  # fmt: skip
     return request, parameters, {"prompt": prompt}
 
 
@@ -190,16 +190,10 @@ def _video(data: dict, request_id: str) -> tuple[StageRequest, dict, dict]:
         "num_inference_steps": _int(data, "num_inference_steps", 4, 1, 200),
         "seed": _int(data, "seed", None, 0, 2**63 - 1),
     }
-    params = {
-        "height": height,
-        "width": width,
-        "num_inference_steps": parameters["num_inference_steps"],
-        "output_format": "mp4",
-    }
-    for name in ("num_frames", "seed"):
-        if parameters[name] is not None:
-            params[name] = parameters[name]
-    request = StageRequest(request_id=request_id, prompt=prompt, params=params, arrival_time=time.time())
+    knobs = DiffusionKnobs(height=height, width=width, num_inference_steps=parameters["num_inference_steps"],
+                           num_frames=parameters["num_frames"], seed=parameters["seed"], output_format="mp4")  # fmt: skip
+    request = StageRequest(request_id=request_id, prompt=prompt, options=RequestOptions(diffusion=knobs),
+                           arrival_time=time.time())  # fmt: skip
     return request, parameters, {"prompt": prompt}
 
 

@@ -47,7 +47,7 @@ class StageConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     default_sampling: dict[str, Any] = {}
     init_image: bool = False
     """The stage can start from an input image instead of noise (image edits: `payloads["image"]`
-    with `params["strength"]`); the edits route serves pipelines whose entry stage can."""
+    with `options.diffusion.strength`); the edits route serves pipelines whose entry stage can."""
 
 
 class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

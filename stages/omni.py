@@ -10,6 +10,10 @@ by default it does not bound how far audio may fall behind real time (`max_realt
 configs with seeded random weights: `Omni("qwen2_5_omni_7b", load_format="dummy")` serves a directory
 of configs and tokenizer files only (see `python -m stages.tiny --real-shapes`). Both drive the orchestrator core through the in-process
 driver, with one engine per stage replica on its own thread.
+
+A prompt is a string, a list of chat messages, a `StageRequest`, or a dict of a `StageRequest`'s
+fields and `diffusion` (the diffusion knobs: `{"height": 32, "num_inference_steps": 4, "seed": 1}`,
+stages/diffusion_knobs.py), checked here and named in the error (`diffusion.seed`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import msgspec
 import numpy as np
 
 from stages.config import DeployConfig, PipelineConfig, load_deploy_config
+from stages.diffusion_knobs import diffusion_knobs
 from stages.errors import InvalidRequest, StageFailure
 from stages.models import ModelFamily, detect_family, get_family
 from stages.orchestrator.actions import Complete, Emit, Fail
@@ -41,6 +46,7 @@ _REQUEST_KEYS = {
     "messages",
     "prompt_token_ids",
     "options",
+    "diffusion",
     "params",
     "payloads",
     "inputs_embeds",
@@ -200,6 +206,7 @@ class AsyncOmni:
 
     def _request(self, prompt: Prompt, sampling_params, request_id: str | None) -> StageRequest:
         request = _to_request(prompt, self.pipeline)
+        request.options.diffusion.validate()  # this API is an edge: its knobs are checked here
         request.request_id = request_id or request.request_id or uuid.uuid4().hex
         entry = self.pipeline.entry_stage
         if sampling_params is not None:
@@ -364,10 +371,15 @@ def _to_request(prompt: Prompt, pipeline: PipelineConfig) -> StageRequest:
         unknown = sorted(set(prompt) - _REQUEST_KEYS)
         if unknown:
             raise InvalidRequest(unknown[0], f"unknown prompt field (known: {sorted(_REQUEST_KEYS)})")
+        fields = dict(prompt)
+        knobs = diffusion_knobs(fields.pop("diffusion", None), param="diffusion")
         try:
-            return msgspec.convert({"request_id": "", **prompt}, StageRequest)
+            request = msgspec.convert({"request_id": "", **fields}, StageRequest)
         except msgspec.ValidationError as error:
             raise InvalidRequest("prompt", str(error)) from None
+        if knobs.fields():
+            request.options.diffusion = knobs
+        return request
     raise InvalidRequest("prompt", f"expected a string, a list of messages or a dict, got {type(prompt).__name__}")
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 
 from stages.config import PipelineConfig, StageDeployConfig
+from stages.diffusion_knobs import DiffusionKnobs
 from stages.replica_stats import DeviceUsage, StageStats
 
 Modality = Literal["text", "tokens", "hidden", "codes", "audio", "image", "video", "embeddings", "kv"]
@@ -119,6 +120,8 @@ class RequestOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The audio cap of this request (stages/audio_cap.py), checked against the deployment's."""
     raw_prompt: bool = False
     """The prompt as written: a chat-templated entry stage applies no template (/v1/completions)."""
+    diffusion: DiffusionKnobs = msgspec.field(default_factory=DiffusionKnobs)
+    """The diffusion knobs (size, steps, guidance, seed...), checked at the edge (stages/diffusion_knobs.py)."""
     extra: dict[str, Any] = {}
     """Family-specific options, by name (`additional_information` still travels in `params`)."""
 
@@ -144,7 +147,7 @@ class StageRequest(msgspec.Struct, kw_only=True):
     """The request's options; the entry's request carries them and the orchestrator forwards them."""
     params: dict[str, Any] = {}
     """Data between stages (a thinker's prompt ids for its talker, hidden-state layers...) and the
-    options not typed yet (diffusion knobs, `additional_information`)."""
+    options not typed yet (`additional_information`)."""
     arrival_time: float = 0.0
     group_sampling: dict[str, SamplingParams] = {}
     """For the entry stage of a stage group (seq 0): the request's sampling of the group's other

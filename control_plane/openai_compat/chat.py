@@ -5,9 +5,10 @@ pipeline draws), `message.audio` {id, data, transcript, expires_at} in one choic
 `delta.content` and `delta.audio` when streaming, `stream_options.include_usage`. Omni
 extras: `sampling_params_list` (one dict per stage), `additional_information` (merged into the
 request params every stage sees), `voice`/`speaker` (or `audio.voice`), `max_audio_seconds` (the
-audio cap of this request, stages/audio_cap.py), `language`, `instructions` (the request's options:
-`stages.protocol.RequestOptions`),
-diffusion knobs (`size`, `num_inference_steps`, `guidance_scale`, `negative_prompt`, `seed`).
+audio cap of this request, stages/audio_cap.py), `language`, `instructions`, and the diffusion
+knobs (`size`, `height`, `width`, `num_inference_steps`, `guidance_scale`, `negative_prompt`,
+`seed`; a diffusion stage's `sampling_params_list` entry over them): the request's options,
+`stages.protocol.RequestOptions`.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from control_plane.inference.request_voice import request_voice
 from control_plane.inference.targets import served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
 from control_plane.openai_compat.chat_inputs import prepare_messages, summarize
+from control_plane.openai_compat.knobs import body_knobs, request_knobs
 from control_plane.openai_compat.sampling import build_sampling
 from control_plane.openai_compat.session import served_view
-from control_plane.openai_compat.sizes import parse_size
 from control_plane.openai_compat.sse import DONE, event, sse_response
 from control_plane.openai_compat.unsupported import refuse_unsupported
 from stages.protocol import RequestOptions, StageRequest
@@ -127,17 +128,6 @@ def sampling_fields(body: Any) -> dict[str, Any]:
     return fields
 
 
-def diffusion_params(body: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {}
-    if getattr(body, "size", None):
-        params["width"], params["height"] = parse_size(body.size)
-    for name in ("height", "width", "num_inference_steps", "guidance_scale", "negative_prompt", "seed"):
-        value = getattr(body, name, None)
-        if value is not None:
-            params[name] = value
-    return params
-
-
 def _extra_voice(body: ChatRequest) -> str | None:
     voice = (body.additional_information or {}).get("voice")
     return voice if isinstance(voice, str) else None
@@ -164,11 +154,11 @@ async def chat_completions(request, run: RequestRun):
     if stream and "audio" in modalities and audio_format not in ("pcm16", "wav"):
         raise ApiError.invalid("audio.format", "Streaming audio is sent as pcm16 (or wav); choose one of those.")
     messages = await prepare_messages(body.messages)
-    entry_sampling, later_sampling, stage_params = build_sampling(
+    entry_sampling, later_sampling, stage_knobs = build_sampling(
         served.pipeline, served.deploy, sampling_fields(body), body.sampling_params_list
     )
-    extra = {key: value for key, value in (body.additional_information or {}).items() if key not in VOICE_KEYS}
-    params = {**extra, **diffusion_params(body), **stage_params}
+    knobs = request_knobs(body_knobs(body), stage_knobs.fields())
+    params = {key: value for key, value in (body.additional_information or {}).items() if key not in VOICE_KEYS}
     requested = (body.audio.voice if body.audio else None) or body.voice or body.speaker
     voice, voice_params = await request_voice(served, run.caller.user, requested or _extra_voice(body))
     params.update(voice_params)
@@ -179,6 +169,7 @@ async def chat_completions(request, run: RequestRun):
         instructions=body.instructions or None,
         max_audio_seconds=None if body.max_audio_seconds is None else max_audio_seconds(body.max_audio_seconds,
                                                                                          served.deploy),
+        diffusion=knobs,
     )  # fmt: skip
     parameters = {
         key: value

@@ -82,7 +82,7 @@ async def completions(request, run: RequestRun):
     stream = bool(body.stream)
     fields = sampling_fields(body)
     fields["max_tokens"] = body.max_tokens or COMPLETIONS_MAX_TOKENS
-    entry_sampling, later_sampling, params = build_sampling(
+    entry_sampling, later_sampling, knobs = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
@@ -99,8 +99,7 @@ async def completions(request, run: RequestRun):
         prompt=prompt,
         prompt_token_ids=token_ids,
         sampling=entry_sampling,
-        options=RequestOptions(modalities=["text"], raw_prompt=True),
-        params=params,
+        options=RequestOptions(modalities=["text"], raw_prompt=True, diffusion=knobs),
         arrival_time=time.time(),
     )
     deltas = await run.submit(stage_request, later_sampling)

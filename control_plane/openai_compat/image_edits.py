@@ -27,14 +27,16 @@ from control_plane.openai_compat.bodies import convert, read_form
 from control_plane.openai_compat.chat_inputs import decode_image_bytes, max_media_bytes
 from control_plane.openai_compat.images import (
     ImageRequest,
+    image_fields,
     prompt_input,
     require_images,
     respond,
     run_images,
     stage_requests,
-    validate,
 )
+from control_plane.openai_compat.knobs import request_knobs
 from control_plane.openai_compat.session import served_view
+from stages.diffusion_knobs import DiffusionKnobs
 from stages.protocol import Tensor
 
 
@@ -42,13 +44,12 @@ class ImageEditRequest(ImageRequest, kw_only=True):
     strength: float | None = None
 
 
-def validate_edit(body: ImageEditRequest) -> dict[str, Any]:
-    params = validate(body)
-    if body.strength is not None:
-        if not math.isfinite(body.strength) or not 0 < body.strength <= 1:
-            raise ApiError.invalid("strength", f"'strength' must be in (0, 1], got {body.strength}.")
-        params["strength"] = body.strength
-    return params
+def validate_edit(body: ImageEditRequest) -> DiffusionKnobs:
+    """The diffusion knobs of one edited image; raises 400 naming the field."""
+    fields = image_fields(body)
+    if body.strength is not None and not (math.isfinite(body.strength) and 0 < body.strength <= 1):
+        raise ApiError.invalid("strength", f"'strength' must be in (0, 1], got {body.strength}.")
+    return request_knobs(fields, {"strength": body.strength})
 
 
 def read_input_image(files: dict[str, list[Any]]):
@@ -107,12 +108,12 @@ async def edits(request, run: RequestRun):
     raw, image = read_input_image(files)
     refuse_mask(form, files)
     body = convert(form, ImageEditRequest, strict=False)
-    params = validate_edit(body)
+    knobs = validate_edit(body)
     served = await served_deployment(run.caller, body.model, check=require_image_input)
     run.served = served
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
     await run.open(served, inputs={"prompt": body.prompt, "image": image_summary(image, raw)}, parameters=parameters,
                    modalities=["image"], estimate={"images": float(body.n)})  # fmt: skip
     entry = {**prompt_input(served, body.prompt), "payloads": {"image": image_payload(raw)}}
-    await run_images(run, stage_requests(run, entry, params, body.n))
-    return await respond(request, run, body, params["output_format"])
+    await run_images(run, stage_requests(run, entry, knobs, body.n))
+    return await respond(request, run, body, knobs.output_format)

@@ -22,9 +22,11 @@ from control_plane.inference.request_run import RequestRun
 from control_plane.inference.signing import signed_artifact_url
 from control_plane.inference.targets import Served, served_deployment
 from control_plane.openai_compat.bodies import convert, read_json
+from control_plane.openai_compat.knobs import request_knobs
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
-from stages.protocol import StageRequest
+from stages.diffusion_knobs import DiffusionKnobs
+from stages.protocol import RequestOptions, StageRequest
 
 MAX_IMAGES = 10
 OUTPUT_FORMATS = ("png", "jpeg", "webp")
@@ -49,8 +51,13 @@ class ImageRequest(msgspec.Struct, kw_only=True):
     user: str | None = None
 
 
-def validate(body: ImageRequest) -> dict[str, Any]:
-    """The diffusion params of one image; raises 400 naming the field."""
+def validate(body: ImageRequest) -> DiffusionKnobs:
+    """The diffusion knobs of one image; raises 400 naming the field."""
+    return request_knobs(image_fields(body))
+
+
+def image_fields(body: ImageRequest) -> dict[str, Any]:
+    """The knobs the body sets, by name, after the route's own checks (400 naming the field)."""
     if not body.prompt.strip():
         raise ApiError.invalid("prompt", "'prompt' cannot be empty.")
     if len(body.prompt) > MAX_PROMPT_CHARS:
@@ -66,24 +73,18 @@ def validate(body: ImageRequest) -> dict[str, Any]:
         raise ApiError.invalid(
             "output_format", f"'output_format' must be one of {OUTPUT_FORMATS}, got {body.output_format!r}."
         )
-    params: dict[str, Any] = {"output_format": output_format}
+    fields: dict[str, Any] = {"output_format": output_format}
     if body.size and body.size != "auto":
-        params["width"], params["height"] = parse_size(body.size)
-    if body.num_inference_steps is not None:
-        if not 1 <= body.num_inference_steps <= 200:
-            raise ApiError.invalid("num_inference_steps", "'num_inference_steps' must be between 1 and 200.")
-        params["num_inference_steps"] = body.num_inference_steps
-    if body.guidance_scale is not None:
-        if not 0 <= body.guidance_scale <= 30:
-            raise ApiError.invalid("guidance_scale", "'guidance_scale' must be between 0 and 30.")
-        params["guidance_scale"] = body.guidance_scale
-    if body.negative_prompt:
-        params["negative_prompt"] = body.negative_prompt
-    if body.seed is not None:
-        if not 0 <= body.seed < 2**63 - MAX_IMAGES:
-            raise ApiError.invalid("seed", "'seed' must be between 0 and 2**63 - 11.")
-        params["seed"] = body.seed
-    return params
+        fields["width"], fields["height"] = parse_size(body.size)
+    if body.num_inference_steps is not None and not 1 <= body.num_inference_steps <= 200:
+        raise ApiError.invalid("num_inference_steps", "'num_inference_steps' must be between 1 and 200.")
+    if body.guidance_scale is not None and not 0 <= body.guidance_scale <= 30:
+        raise ApiError.invalid("guidance_scale", "'guidance_scale' must be between 0 and 30.")
+    if body.seed is not None and not 0 <= body.seed < 2**63 - MAX_IMAGES:
+        raise ApiError.invalid("seed", "'seed' must be between 0 and 2**63 - 11.")
+    fields.update(num_inference_steps=body.num_inference_steps, guidance_scale=body.guidance_scale,
+                  negative_prompt=body.negative_prompt or None, seed=body.seed)  # fmt: skip
+    return fields
 
 
 def require_images(served: Served) -> None:
@@ -138,16 +139,15 @@ async def respond(request, run: RequestRun, body: ImageRequest, output_format: s
     )
 
 
-def stage_requests(run: RequestRun, prompt_input: dict[str, Any], params: dict[str, Any], n: int):
+def stage_requests(run: RequestRun, prompt_input: dict[str, Any], knobs: DiffusionKnobs, n: int):
+    """The `n` images' requests: seeds `seed`, `seed+1`, ... when a seed is given."""
     requests = []
     for index in range(n):
-        image_params = dict(params)
-        if "seed" in image_params:
-            image_params["seed"] = image_params["seed"] + index
+        seed = None if knobs.seed is None else knobs.seed + index
         requests.append(
             StageRequest(
                 request_id=f"{run.request_id}-{index}" if n > 1 else run.request_id,
-                params=image_params,
+                options=RequestOptions(diffusion=msgspec.structs.replace(knobs, seed=seed)),
                 arrival_time=time.time(),
                 **prompt_input,
             )
@@ -166,11 +166,11 @@ async def generations(request, run: RequestRun):
     raw = read_json(request)
     run.inputs = {"model": raw.get("model")} if isinstance(raw.get("model"), str) else {}
     body = convert(raw, ImageRequest)
-    params = validate(body)
+    knobs = validate(body)
     served = await served_deployment(run.caller, body.model, check=require_images)
     run.served = served
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
     await run.open(served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["image"],
                    estimate={"images": float(body.n)})  # fmt: skip
-    await run_images(run, stage_requests(run, prompt_input(served, body.prompt), params, body.n))
-    return await respond(request, run, body, params["output_format"])
+    await run_images(run, stage_requests(run, prompt_input(served, body.prompt), knobs, body.n))
+    return await respond(request, run, body, knobs.output_format)

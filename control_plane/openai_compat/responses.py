@@ -72,9 +72,8 @@ async def create(request, run: RequestRun):
     system = [{"role": "system", "content": body.instructions}] if body.instructions else []
     fields = {"temperature": body.temperature, "top_p": body.top_p, "max_tokens": body.max_output_tokens,
               "seed": body.seed}  # fmt: skip
-    entry_sampling, later_sampling, params = build_sampling(served.pipeline, served.deploy, fields, None)
-    voice, voice_params = await request_voice(served, run.caller.user, body.audio.voice if body.audio else None)
-    params.update(voice_params)
+    entry_sampling, later_sampling, _ = build_sampling(served.pipeline, served.deploy, fields, None)
+    voice, params = await request_voice(served, run.caller.user, body.audio.voice if body.audio else None)
     parameters = {k: v for k, v in msgspec.to_builtins(body).items()
                   if k not in ("input", "model", "instructions") and v is not None}  # fmt: skip
     parameters["store"] = body.store

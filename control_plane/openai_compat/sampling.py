@@ -4,7 +4,8 @@ over the stage's defaults (the pipeline's, then the deployment's per-stage `samp
 by `stages.sampling_merge.merge_sampling`.
 
 AR stages take `stages.protocol.SamplingParams`; a diffusion stage's dict (steps, guidance,
-size...) goes into the request params instead, which every stage sees.
+size...) sets the request's diffusion knobs instead (`RequestOptions.diffusion`, which every stage
+sees), checked the same way (`sampling_params_list[2].seed`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from control_plane.inference.errors import ApiError
+from control_plane.openai_compat.knobs import request_knobs
 from stages.config import DeployConfig, PipelineConfig, StageConfig
+from stages.diffusion_knobs import DiffusionKnobs
 from stages.errors import InvalidRequest
 from stages.protocol import SamplingParams
 from stages.sampling_merge import SAMPLING_FIELDS, merge_sampling
@@ -28,11 +31,11 @@ def sampling_for_stage(stage: StageConfig, deploy: DeployConfig, fields: dict[st
 
 def build_sampling(
     pipeline: PipelineConfig, deploy: DeployConfig, fields: dict[str, Any], per_stage: list[Any] | None
-) -> tuple[SamplingParams | None, dict[str, SamplingParams], dict[str, Any]]:
-    """(entry sampling, later stages' sampling by name, extra request params)."""
+) -> tuple[SamplingParams | None, dict[str, SamplingParams], DiffusionKnobs]:
+    """(entry sampling, later stages' sampling by name, the diffusion stages' knobs)."""
     stages = sorted(pipeline.stages, key=lambda stage: stage.id)
     entry = pipeline.entry_stage
-    extra_params: dict[str, Any] = {}
+    knobs = DiffusionKnobs()
     later: dict[str, SamplingParams] = {}
     entry_fields = {key: fields.get(key) for key in SAMPLING_FIELDS}
     if per_stage is not None:
@@ -50,7 +53,7 @@ def build_sampling(
             if not isinstance(params, dict):
                 raise ApiError(400, f"'{param}' must be an object.", param=param)
             if stage.kind == "diffusion":
-                extra_params.update(params)
+                knobs = request_knobs(knobs.fields(), params, param=param)
             elif stage.id == entry.id:
                 entry_fields = {**entry_fields, **params}
             else:
@@ -58,4 +61,4 @@ def build_sampling(
     entry_sampling = None
     if entry.kind != "diffusion":
         entry_sampling = sampling_for_stage(entry, deploy, entry_fields, "sampling_params_list[0]" if per_stage else "")
-    return entry_sampling, later, extra_params
+    return entry_sampling, later, knobs

@@ -35,8 +35,7 @@ async def request_prepare(
     if request.messages:
         request.messages = await prepare_messages(request.messages)
         summary = summarize(request.messages)
-    entry, later, params = build_sampling(served.pipeline, served.deploy, sampling, None)
+    entry, later, _ = build_sampling(served.pipeline, served.deploy, sampling, None)
     if entry is not None:
         request.sampling = entry
-    request.params.update(params)
     return Prepared(later_sampling=later, messages_summary=summary, modalities=modalities)

@@ -9,7 +9,7 @@
 Streaming sends pcm16 or wav only, at speed 1.0.
 
 The text reaches the pipeline as the prompt (or one user message when the pipeline needs
-the chat template), with `voice` and `instructions` in the request params.
+the chat template), with `voice` and `instructions` in the request's options.
 """
 
 from __future__ import annotations
@@ -97,13 +97,12 @@ async def speech(request, run: RequestRun):
     served = await served_deployment(run.caller, body.model, check=require_audio)
     run.served = served
     fields = {"max_tokens": body.max_tokens, "seed": body.seed}
-    entry_sampling, later_sampling, params = build_sampling(
+    entry_sampling, later_sampling, knobs = build_sampling(
         served.pipeline, served.deploy, fields, body.sampling_params_list
     )
-    voice, voice_params = await request_voice(served, run.caller.user, body.voice)
-    params.update(voice_params)
+    voice, params = await request_voice(served, run.caller.user, body.voice)
     options = RequestOptions(modalities=["audio"], voice=voice, language=body.language or None,
-                             instructions=body.instructions or None)  # fmt: skip
+                             instructions=body.instructions or None, diffusion=knobs)  # fmt: skip
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("input", "model") and v is not None}
     await run.open(served, inputs={"input": body.input}, parameters=parameters, modalities=["audio"],
                    stream=mode is not None)  # fmt: skip

@@ -66,7 +66,7 @@ async def _serve(request, run: RequestRun, *, translation: bool):
     served = await served_deployment(run.caller, body.model, check=require_hearing)
     run.served = served
     fields = {"temperature": body.temperature, "max_tokens": body.max_tokens, "seed": body.seed}
-    entry_sampling, later_sampling, params = build_sampling(served.pipeline, served.deploy, fields, None)
+    entry_sampling, later_sampling, _ = build_sampling(served.pipeline, served.deploy, fields, None)
     options = RequestOptions(modalities=["text"], language=body.language if body.language and not translation else None)
     text = instruction(body, translation=translation)
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k != "model" and v is not None}
@@ -75,7 +75,7 @@ async def _serve(request, run: RequestRun, *, translation: bool):
                    modalities=["text"], stream=stream,
                    estimate={"text_tokens": float(entry_sampling.max_tokens) if entry_sampling else 0.0})  # fmt: skip
     stage_request = StageRequest(request_id=run.request_id, messages=transcription_messages(audio, text),
-                                 sampling=entry_sampling, options=options, params=params,
+                                 sampling=entry_sampling, options=options,
                                  arrival_time=time.time())  # fmt: skip
     deltas = await run.submit(stage_request, later_sampling)
     if stream:

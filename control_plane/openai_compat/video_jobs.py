@@ -36,9 +36,10 @@ from control_plane.inference.outcome import Delta
 from control_plane.inference.request_run import RequestRun
 from control_plane.inference.services import request_progress
 from control_plane.inference.targets import Caller, Served
+from control_plane.openai_compat.knobs import request_knobs
 from control_plane.orm_threads import orm_in_thread
 from stages.config import load_pipeline_config
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 log = logging.getLogger(__name__)
 
@@ -126,15 +127,11 @@ def cancel_local(request_id: str) -> None:
 
 async def run_job(run: RequestRun) -> None:
     row = run.row
-    params = dict(row.parameters.get("stage_params", {}))
     prompt = row.inputs.get("prompt", "")
     text_input = (
         {"messages": [{"role": "user", "content": prompt}]}
         if run.served.pipeline.needs_chat_template
         else {"prompt": prompt}
-    )
-    request = StageRequest(
-        request_id=f"{row.request_id}-a{row.attempts + 1}", params=params, arrival_time=time.time(), **text_input
     )
     last_write = [0.0]
 
@@ -151,6 +148,9 @@ async def run_job(run: RequestRun) -> None:
 
     renewer = asyncio.get_running_loop().create_task(_keep_lease(row.pk, asyncio.current_task()))
     try:
+        knobs = request_knobs(row.parameters.get("stage_params", {}))
+        request = StageRequest(request_id=f"{row.request_id}-a{row.attempts + 1}", options=RequestOptions(diffusion=knobs),
+                               arrival_time=time.time(), **text_input)  # fmt: skip
         deltas = await run.submit(request, idle_timeout=JOB_IDLE_TIMEOUT_S)
         async with aclosing(deltas):
             async for delta in deltas:

@@ -23,8 +23,10 @@ from control_plane.inference.targets import Caller, served_deployment
 from control_plane.openai_compat import video_jobs
 from control_plane.openai_compat.access import authenticate
 from control_plane.openai_compat.bodies import convert, read_form, read_json
+from control_plane.openai_compat.knobs import request_knobs
 from control_plane.openai_compat.session import served_view
 from control_plane.openai_compat.sizes import parse_size
+from stages.diffusion_knobs import DiffusionKnobs
 
 STATUS = {Status.QUEUED: "queued", Status.RUNNING: "in_progress", Status.COMPLETED: "completed"}
 DEFAULT_FPS = 16
@@ -44,19 +46,20 @@ class VideoRequest(msgspec.Struct, kw_only=True):
     user: str | None = None
 
 
-def stage_params(body: VideoRequest) -> dict[str, Any]:
+def video_knobs(body: VideoRequest) -> DiffusionKnobs:
+    """The diffusion knobs of the video; raises 400 naming the field."""
     if not body.prompt.strip():
         raise ApiError.invalid("prompt", "'prompt' cannot be empty.")
-    params: dict[str, Any] = {"output_format": "mp4"}
+    fields: dict[str, Any] = {"output_format": "mp4", "fps": body.fps}
     if body.size:
-        params["width"], params["height"] = parse_size(body.size)
+        fields["width"], fields["height"] = parse_size(body.size)
     fps = body.fps or DEFAULT_FPS
     if not 1 <= fps <= 120:
         raise ApiError.invalid("fps", "'fps' must be between 1 and 120.")
     if body.num_frames is not None:
         if not 1 <= body.num_frames <= 1024:
             raise ApiError.invalid("num_frames", "'num_frames' must be between 1 and 1024.")
-        params["num_frames"] = body.num_frames
+        fields["num_frames"] = body.num_frames
     elif body.seconds is not None:
         try:
             seconds = int(body.seconds)
@@ -64,13 +67,12 @@ def stage_params(body: VideoRequest) -> dict[str, Any]:
             raise ApiError.invalid("seconds", f"'seconds' must be a whole number, got {body.seconds!r}.") from None
         if not 1 <= seconds <= 60:
             raise ApiError.invalid("seconds", "'seconds' must be between 1 and 60.")
-        params["num_frames"] = seconds * fps + 1
-    for name in ("num_inference_steps", "guidance_scale", "negative_prompt", "seed"):
-        if getattr(body, name) is not None:
-            params[name] = getattr(body, name)
-    if "num_inference_steps" in params and not 1 <= params["num_inference_steps"] <= 200:
+        fields["num_frames"] = seconds * fps + 1
+    if body.num_inference_steps is not None and not 1 <= body.num_inference_steps <= 200:
         raise ApiError.invalid("num_inference_steps", "'num_inference_steps' must be between 1 and 200.")
-    return params
+    for name in ("num_inference_steps", "guidance_scale", "negative_prompt", "seed"):
+        fields[name] = getattr(body, name)
+    return request_knobs(fields)
 
 
 def require_video(served) -> None:
@@ -100,11 +102,11 @@ async def _create(request, run: RequestRun):
     await video_jobs.recover_jobs()
     body = await _create_body(request)
     run.inputs = {"model": body.model}
-    params = stage_params(body)
+    knobs = video_knobs(body)
     served = await served_deployment(run.caller, body.model, check=require_video)
     run.served = served
     parameters = {k: v for k, v in msgspec.to_builtins(body).items() if k not in ("prompt", "model") and v is not None}
-    parameters["stage_params"] = params
+    parameters["stage_params"] = knobs.fields()  # the job's knobs: a resumed job runs with them again
     parameters.setdefault("fps", body.fps or DEFAULT_FPS)
     # the row is the job: it is in the database (with its lease) before the job starts
     await run.open(served, inputs={"prompt": body.prompt}, parameters=parameters, modalities=["video"],

@@ -7,8 +7,9 @@ import uuid
 
 import msgspec
 
+from stages.diffusion_knobs import DiffusionKnobs
 from stages.orchestrator import Cancel, Complete, Emit, Fail, InputChunk, RequestSummary, Submit
-from stages.protocol import SamplingParams, StageError, StageOutput, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageError, StageOutput, StageRequest
 
 ClientEvent = Submit | Cancel | InputChunk
 WARMUP_STAGE_TOKENS = 16
@@ -73,7 +74,8 @@ def decode_client_message(fields: dict[bytes, bytes]) -> ClientMessage:
 
 
 def warmup_submit(deployment_id: str, request_id: str, pipeline: dict | None = None) -> Submit:
-    """A short request through every stage: each AR stage makes a few greedy tokens."""
+    """A short request through every stage: each AR stage makes a few greedy tokens, a diffusion
+    stage two denoising steps at 64x64."""
     later_stages = [stage for stage in (pipeline or {}).get("stages", []) if stage.get("kind") == "ar"][1:]
     sampling = {
         stage["name"]: SamplingParams(max_tokens=WARMUP_STAGE_TOKENS, temperature=0.0) for stage in later_stages
@@ -83,7 +85,8 @@ def warmup_submit(deployment_id: str, request_id: str, pipeline: dict | None = N
         prompt="Hello",
         messages=[{"role": "user", "content": "Hello"}],
         sampling=SamplingParams(max_tokens=2, temperature=0.0),
-        params={"warmup": True, "num_inference_steps": 2, "height": 64, "width": 64},
+        options=RequestOptions(diffusion=DiffusionKnobs(num_inference_steps=2, height=64, width=64)),
+        params={"warmup": True},
         arrival_time=time.time(),
     )
     return Submit(deployment_id=deployment_id, request=request, sampling=sampling, at=time.time())

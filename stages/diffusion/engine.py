@@ -13,7 +13,7 @@ Pipelines without a denoiser fall back from "step" to "request". Requests whose 
 arrives in chunks (`finished=False`, e.g. an upstream AR stage streaming its prompt)
 wait until the last chunk before they are validated and queued.
 
-Edits (an input image in `payloads["image"]`, `params["strength"]`; image_to_image.py) run
+Edits (an input image in `payloads["image"]`, `options.diffusion.strength`; image_to_image.py) run
 in both step batching (where the denoiser supports them: SD3) and request batching (where
 diffusers has an img2img pipeline for the family); elsewhere they fail naming `image`.
 """
@@ -201,7 +201,7 @@ class DiffusionEngine(StageEngine):
     def _finished(self, request: DiffusionRequest, pixels: np.ndarray) -> StageOutput:
         self.requests.pop(request.request_id, None)
         try:
-            return result_output(request, pixels, self.traits.is_video, self.traits.fps)
+            return result_output(request, pixels, self.traits.is_video)
         except Exception as error:  # noqa: BLE001 - e.g. an encoder failure
             return error_output(request, error, self.traits.is_video)
 

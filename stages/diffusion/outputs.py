@@ -34,11 +34,11 @@ def progress_output(request: DiffusionRequest, step: int, total: int, is_video: 
     )
 
 
-def result_output(request: DiffusionRequest, pixels: np.ndarray, is_video: bool, fps: int) -> StageOutput:
+def result_output(request: DiffusionRequest, pixels: np.ndarray, is_video: bool) -> StageOutput:
     params = request.params
     fmt = params.output_format
     kind = modality(is_video)
-    payload = encode_video(pixels, fmt, fps) if is_video else encode_image(pixels, fmt)
+    payload = encode_video(pixels, fmt, params.fps) if is_video else encode_image(pixels, fmt)
     info = {
         "format": fmt,
         "mime_type": MIME_TYPES[fmt],
@@ -50,7 +50,7 @@ def result_output(request: DiffusionRequest, pixels: np.ndarray, is_video: bool,
         "progress": 1.0,
     }
     if is_video:
-        info.update(num_frames=params.num_frames, fps=fps)
+        info.update(num_frames=params.num_frames, fps=params.fps)
     if params.is_edit:
         info["strength"] = params.strength
     return StageOutput(

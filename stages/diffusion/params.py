@@ -1,4 +1,6 @@
-"""Per-request diffusion parameters, read from `StageRequest.params` and checked.
+"""Per-request diffusion parameters: the request's knobs (`RequestOptions.diffusion`, typed and
+checked once at the edge by stages/diffusion_knobs.py) over the defaults, checked against what the
+deployment and its pipeline allow.
 
 Every check raises `InvalidRequest` naming the field, so one bad request fails alone.
 An edit (a request with an input image in `payloads["image"]`) also takes `strength`
@@ -7,7 +9,6 @@ An edit (a request with an input image in `payloads["image"]`) also takes `stren
 
 from __future__ import annotations
 
-import math
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,11 +16,9 @@ from typing import Any
 from stages.diffusion.image_to_image import DEFAULT_STRENGTH, denoising_steps
 from stages.diffusion.init_image import read_init_image, size_from_image
 from stages.diffusion.options import DiffusionOptions
+from stages.diffusion_knobs import IMAGE_FORMATS, VIDEO_FORMATS, DiffusionKnobs
 from stages.errors import InvalidRequest
 from stages.protocol import StageRequest
-
-IMAGE_FORMATS = ("png", "jpeg", "webp", "np")
-VIDEO_FORMATS = ("mp4", "np")
 
 
 @dataclass(frozen=True)
@@ -50,6 +49,8 @@ class DiffusionParams:
     seed: int
     output_format: str
     num_frames: int = 1
+    fps: int = 16
+    """A video's frame rate."""
     strength: float | None = None
     """Set for an edit (image-to-image, see image_to_image.py); None for text-to-image."""
     init_image: Any = field(default=None, compare=False, repr=False)
@@ -74,45 +75,39 @@ class DiffusionParams:
 
 
 def parse_params(request: StageRequest, traits: PipelineTraits, options: DiffusionOptions) -> DiffusionParams:
-    params = request.params
+    """The request's knobs (`options.diffusion`, typed and checked at the edge) over the deployment's and
+    the pipeline's defaults, checked against what this deployment allows."""
+    knobs = request.options.diffusion
     prompt = request_prompt(request)
     image = read_init_image(request)
-    strength = _strength(params, image)
-    default_height, default_width = _default_size(params, image, traits, options)
-    height = _int(params, "height", default_height)
-    width = _int(params, "width", default_width)
+    strength = _strength(knobs, image)
+    default_height, default_width = _default_size(knobs, image, traits, options)
+    height = default_height if knobs.height is None else knobs.height
+    width = default_width if knobs.width is None else knobs.width
     _check_size("height", height, traits.size_multiple, options.max_height)
     _check_size("width", width, traits.size_multiple, options.max_width)
-    steps = _int(params, "num_inference_steps", options.default_steps or traits.default_steps)
+    steps = knobs.num_inference_steps
+    if steps is None:
+        steps = options.default_steps or traits.default_steps
     if not 1 <= steps <= options.max_steps:
         raise InvalidRequest("num_inference_steps", f"must be between 1 and {options.max_steps}, got {steps}")
-    guidance = _float(params, "guidance_scale", _default_guidance(options, traits))
-    if not math.isfinite(guidance) or guidance < 0:
-        raise InvalidRequest("guidance_scale", f"must be a finite number >= 0, got {guidance}")
-    negative = params.get("negative_prompt") or ""
-    if not isinstance(negative, str):
-        raise InvalidRequest("negative_prompt", "must be a string")
-    seed = _int(params, "seed", None)
-    if seed is None:
-        seed = secrets.randbelow(2**31)
-    elif not 0 <= seed < 2**63:
-        raise InvalidRequest("seed", "must be between 0 and 2**63 - 1")
+    guidance = _default_guidance(options, traits) if knobs.guidance_scale is None else knobs.guidance_scale
+    seed = secrets.randbelow(2**31) if knobs.seed is None else knobs.seed
     formats = VIDEO_FORMATS if traits.is_video else IMAGE_FORMATS
-    output_format = str(params.get("output_format") or formats[0]).lower()
-    output_format = "jpeg" if output_format == "jpg" else output_format
+    output_format = knobs.output_format or formats[0]
     if output_format not in formats:
         raise InvalidRequest("output_format", f"must be one of {', '.join(formats)}, got {output_format!r}")
-    num_frames = _frames(params, traits, options)
     return DiffusionParams(
         prompt=prompt,
-        negative_prompt=negative,
+        negative_prompt=knobs.negative_prompt or "",
         height=height,
         width=width,
         num_inference_steps=steps,
         guidance_scale=guidance,
         seed=seed,
         output_format=output_format,
-        num_frames=num_frames,
+        num_frames=_frames(knobs, traits, options),
+        fps=knobs.fps or traits.fps,
         strength=strength,
         init_image=image,
     )
@@ -131,22 +126,17 @@ def request_prompt(request: StageRequest) -> str:
     return prompt
 
 
-def _strength(params: dict[str, Any], image) -> float | None:
-    strength = _float(params, "strength", None)
+def _strength(knobs: DiffusionKnobs, image) -> float | None:
     if image is None:
-        if strength is not None:
+        if knobs.strength is not None:
             raise InvalidRequest("strength", "applies to image edits only: send an input image")
         return None
-    if strength is None:
-        return DEFAULT_STRENGTH
-    if not math.isfinite(strength) or not 0 < strength <= 1:
-        raise InvalidRequest("strength", f"must be in (0, 1], got {strength}")
-    return strength
+    return DEFAULT_STRENGTH if knobs.strength is None else knobs.strength
 
 
-def _default_size(params: dict[str, Any], image, traits: PipelineTraits, options: DiffusionOptions) -> tuple[int, int]:
+def _default_size(knobs: DiffusionKnobs, image, traits: PipelineTraits, options: DiffusionOptions) -> tuple[int, int]:
     """(height, width) for a request that names none: an edit keeps its image's size."""
-    if image is not None and (params.get("height") is None or params.get("width") is None):
+    if image is not None and (knobs.height is None or knobs.width is None):
         return size_from_image(image, traits.size_multiple, options.max_height, options.max_width)
     return options.default_height or traits.default_height, options.default_width or traits.default_width
 
@@ -162,32 +152,16 @@ def _check_size(name: str, value: int, multiple: int, limit: int) -> None:
         raise InvalidRequest(name, f"must be at most {limit} (this deployment's limit), got {value}")
 
 
-def _frames(params: dict[str, Any], traits: PipelineTraits, options: DiffusionOptions) -> int:
+def _frames(knobs: DiffusionKnobs, traits: PipelineTraits, options: DiffusionOptions) -> int:
     if not traits.is_video:
-        if params.get("num_frames") not in (None, 1):
+        if knobs.num_frames not in (None, 1):
             raise InvalidRequest("num_frames", "this pipeline makes images; num_frames applies to video pipelines")
         return 1
-    frames = _int(params, "num_frames", options.default_frames or traits.default_frames)
+    frames = knobs.num_frames
+    if frames is None:
+        frames = options.default_frames or traits.default_frames
     if frames < 1 or (frames - 1) % traits.frame_multiple:
         raise InvalidRequest("num_frames", f"must be {traits.frame_multiple}k + 1 (e.g. 1, 5, 9, ...), got {frames}")
     if frames > options.max_frames:
         raise InvalidRequest("num_frames", f"must be at most {options.max_frames}, got {frames}")
     return frames
-
-
-def _int(params: dict[str, Any], name: str, default: int | None) -> int | None:
-    value = params.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise InvalidRequest(name, f"must be an integer, got {value!r}")
-    return int(value)
-
-
-def _float(params: dict[str, Any], name: str, default: float | None) -> float | None:
-    value = params.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequest(name, f"must be a number, got {value!r}")
-    return float(value)

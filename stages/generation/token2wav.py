@@ -8,8 +8,9 @@ sent with the request); BigVGAN turns the
 mel into 240 samples per mel frame (480 per code).
 
 Noise: each request draws `[1, 2 * max_length, 80]` once from its own generator seeded with
-the request's `seed` (default 0). CPU `torch.randn` fills a prefix-consistent stream, so the
-first 2T rows equal `torch.manual_seed(seed); torch.randn([1, 2T, 80])`, which is what HF draws.
+the request's `options.diffusion.seed` (default 0). CPU `torch.randn` fills a prefix-consistent
+stream, so the first 2T rows equal `torch.manual_seed(seed); torch.randn([1, 2T, 80])`, which is
+what HF draws.
 
 Whole sequence (async chunk off, or all codes in before the first chunk): identical to HF.
 Chunks: the DiT's attention sees one 24-frame block ahead/behind per layer, but the ODE's
@@ -149,7 +150,7 @@ class Token2WavDecoder:
         import torch
 
         cond, ref_mel = self.speaker_of(request)
-        generator = torch.Generator().manual_seed(int(request.params.get("seed", 0)))
+        generator = torch.Generator().manual_seed(request.options.diffusion.seed or 0)
         noise = torch.randn([1, self.repeats * self.max_frames, self.dit.config.mel_dim], generator=generator)
         dtype = self.dit.dtype
         return {

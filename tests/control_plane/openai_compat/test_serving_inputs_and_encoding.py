@@ -224,7 +224,7 @@ def test_sampling_params_list_sets_each_stage_over_the_deployment_s_defaults():
         edges=[EdgeConfig(source=0, target=1), EdgeConfig(source=1, target=2)],
     )
     plain = DeployConfig()
-    entry, later, params = build_sampling(
+    entry, later, knobs = build_sampling(
         pipeline,
         plain,
         {"max_tokens": 5},
@@ -232,10 +232,13 @@ def test_sampling_params_list_sets_each_stage_over_the_deployment_s_defaults():
     )
     assert (entry.temperature, entry.top_k, entry.max_tokens) == (0.7, 3, 5)
     assert later["talker"].max_tokens == 9 and later["talker"].temperature == 0.0
-    assert params == {"num_inference_steps": 4}
+    assert knobs.fields() == {"num_inference_steps": 4}
     with pytest.raises(ApiError) as bad:
         build_sampling(pipeline, plain, {}, [{}, {"top_p": 7}])
     assert bad.value.param == "sampling_params_list[1].top_p"
+    with pytest.raises(ApiError) as bad:  # a diffusion stage's entry sets the knobs, checked the same way
+        build_sampling(pipeline, plain, {}, [{}, {}, {"guidance_scale": -1}])
+    assert bad.value.status == 400 and bad.value.param == "sampling_params_list[2].guidance_scale"
 
     # The deployment's per-stage sampling sits between the pipeline's defaults and the request.
     capped = DeployConfig(

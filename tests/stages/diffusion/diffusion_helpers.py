@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from stages.protocol import StageOutput, StageRequest
+from stages.diffusion_knobs import diffusion_knobs
+from stages.protocol import RequestOptions, StageOutput, StageRequest
 
 torch.set_num_threads(2)
 
@@ -28,9 +29,14 @@ def load_pipe(model_dir: Path):
     return pipe
 
 
-def request(request_id: str, prompt: str, **params) -> StageRequest:
-    params.setdefault("output_format", "np")
-    return StageRequest(request_id=request_id, prompt=prompt, params=params)
+def request(request_id: str, prompt: str, **knobs) -> StageRequest:
+    """A request with these diffusion knobs, converted and checked as at the edge (output np by default)."""
+    knobs.setdefault("output_format", "np")
+    return StageRequest(request_id=request_id, prompt=prompt, options=options(**knobs))
+
+
+def options(**knobs) -> RequestOptions:
+    return RequestOptions(diffusion=diffusion_knobs(knobs))
 
 
 def drive(engine, arrivals: dict[int, list[StageRequest]], max_steps: int = 500) -> dict[str, list[StageOutput]]:

@@ -28,7 +28,7 @@ def test_text_to_image_through_omni(tmp_path_factory):
     model_dir = tiny_model(tmp_path_factory, "pixart")
     assert detect_family(model_dir) == "text_to_image"
     with Omni(model_dir) as omni:
-        result = omni.generate({"prompt": "a red car", "params": IMAGE})[0]
+        result = omni.generate({"prompt": "a red car", "diffusion": IMAGE})[0]
     assert result.finish_reason == "stop"
     ((mime_type, png),) = result.files  # the default output is a PNG file
     assert mime_type == "image/png" and Image.open(io.BytesIO(png)).size == (32, 32)
@@ -40,7 +40,7 @@ def test_text_to_video_through_omni(tmp_path_factory):
     assert detect_family(model_dir) == "text_to_video"
     params = {"height": 32, "width": 32, "num_frames": 5, "num_inference_steps": 2, "output_format": "np", "seed": 1}
     with Omni(model_dir) as omni:
-        result = omni.generate({"prompt": "waves", "params": params})[0]
+        result = omni.generate({"prompt": "waves", "diffusion": params})[0]
     assert result.video.shape == (5, 32, 32, 3)
 
 
@@ -50,8 +50,8 @@ def test_ar_to_dit_renders_the_prompt_the_llm_wrote(ar_to_dit_dir):
     with Omni(ar_to_dit_dir) as omni:
         cat, dog = omni.generate(
             [
-                {"messages": [{"role": "user", "content": "draw a cat on a chair"}], "params": params},
-                {"messages": [{"role": "user", "content": "a dog in the snow, please"}], "params": params},
+                {"messages": [{"role": "user", "content": "draw a cat on a chair"}], "diffusion": params},
+                {"messages": [{"role": "user", "content": "a dog in the snow, please"}], "diffusion": params},
             ],
             GREEDY,
         )

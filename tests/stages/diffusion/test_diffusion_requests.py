@@ -7,7 +7,7 @@ import io
 
 import numpy as np
 import pytest
-from diffusion_helpers import drive, final, load_pipe, request, tiny_model
+from diffusion_helpers import drive, final, load_pipe, options, request, tiny_model
 from PIL import Image
 
 from stages.config import StageDeployConfig
@@ -104,7 +104,7 @@ def test_bad_parameters_fail_that_request_only(pipe, params, field):
 def test_missing_prompt_and_duplicate_id_are_rejected(pipe):
     engine = DiffusionEngine(pipe, DiffusionOptions(), max_batch=4)
     with pytest.raises(InvalidRequest, match="prompt"):
-        engine.add_request(StageRequest(request_id="empty", prompt="  ", params=dict(SMALL)))
+        engine.add_request(StageRequest(request_id="empty", prompt="  ", options=options(**SMALL)))
     engine.add_request(request("dup", "a tree", **SMALL))
     with pytest.raises(InvalidRequest) as raised:
         engine.add_request(request("dup", "a tree", **SMALL))
@@ -162,9 +162,12 @@ def test_step_cache_skips_transformer_calls_and_stays_close(pipe):
 
 def test_prompt_arriving_in_chunks(pipe):
     engine = DiffusionEngine(pipe, DiffusionOptions(), max_batch=4)
-    engine.add_request(StageRequest(request_id="c", prompt="a red ", finished=False, params=dict(SMALL, seed=3)))
+    first = StageRequest(
+        request_id="c", prompt="a red ", finished=False, options=options(**SMALL, seed=3, output_format="np")
+    )
+    engine.add_request(first)
     assert engine.has_unfinished() and engine.step() == []
-    engine.add_chunk(StageRequest(request_id="c", seq=1, prompt="car", finished=True, params={"output_format": "np"}))
+    engine.add_chunk(StageRequest(request_id="c", seq=1, prompt="car", finished=True))
     chunked = final(drive(engine, {})["c"])
     whole = final(drive(engine, {0: [request("w", "a red car", seed=3, **SMALL)]})["w"])
     np.testing.assert_array_equal(payload_array(chunked.payloads["image"]), payload_array(whole.payloads["image"]))

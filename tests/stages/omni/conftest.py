@@ -135,7 +135,7 @@ def run_chain(
 def _forward(target, output, stage_id, seqs, talker_sampling, requests):
     key = (output.request_id, stage_id + 1)
     seq = seqs.get(key, 0)
-    base = next(r.params for r in requests if r.request_id == output.request_id)
+    entry = next(r for r in requests if r.request_id == output.request_id)
     request = build_stage_request(
         wire_id=output.request_id,
         source_stage=stage_id,
@@ -144,7 +144,8 @@ def _forward(target, output, stage_id, seqs, talker_sampling, requests):
         finished=output.finished,
         outputs=[output],
         sampling=talker_sampling if stage_id == 0 else None,
-        base_params=base,
+        base_params=entry.params,
+        options=entry.options,
         at=0.0,
     )
     seqs[key] = seq + 1

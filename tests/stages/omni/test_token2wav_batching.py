@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from stages.config import StageDeployConfig
-from stages.protocol import StageRequest
+from stages.diffusion_knobs import DiffusionKnobs
+from stages.protocol import RequestOptions, StageRequest
 from stages.tensors import to_numpy
 
 # No starving (low water 0): the windows depend on the frames in only, so runs are comparable. A short
@@ -43,7 +44,7 @@ def _stream(engine, codes: dict[str, list[int]], every: int = 6, stagger: int = 
                     seq=begin // every,
                     finished=begin + every >= len(values),
                     prompt_token_ids=values[begin : begin + every],
-                    params={"seed": SEEDS[name]},
+                    options=RequestOptions(diffusion=DiffusionKnobs(seed=SEEDS[name])),
                 )
                 (engine.add_request if begin == 0 else engine.add_chunk)(request)
         for output in engine.step():
@@ -89,7 +90,7 @@ def test_token2wav_graph_buckets_cover_every_batch_up_to_max_batch_padded(omni_m
     rng = np.random.default_rng(4)
     streams = []
     for index in range(3):
-        request = StageRequest(request_id=f"r{index}", params={"seed": index})
+        request = StageRequest(request_id=f"r{index}", options=RequestOptions(diffusion=DiffusionKnobs(seed=index)))
         streams.append(CodeStream(request.request_id, decoder.open(request), rng.integers(0, 8192, 48).tolist()))
     start, end = planned[-1]
     windows = [Window(stream, start, end, False) for stream in streams]

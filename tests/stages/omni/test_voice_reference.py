@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from stages.config import StageDeployConfig
+from stages.diffusion_knobs import DiffusionKnobs
 from stages.protocol import RequestOptions, StageRequest, decoder, encode
 from stages.tensors import from_wire, to_numpy
 from stages.voice_conditioning import PARAM, conditioning_of, conditioning_params
@@ -90,7 +91,8 @@ def test_code2wav_decodes_with_the_conditioning_the_request_carries(repo_tiny_mo
 
     def speak(request_id: str, voice: str, request_params: dict) -> np.ndarray:
         request = StageRequest(request_id=request_id, stage_id=2, prompt_token_ids=codes,
-                               options=RequestOptions(voice=voice), params={**request_params, "seed": 3})  # fmt: skip
+                               options=RequestOptions(voice=voice, diffusion=DiffusionKnobs(seed=3)),
+                               params=request_params)  # fmt: skip
         engine.add_request(request)
         chunks = []
         while engine.has_unfinished():
