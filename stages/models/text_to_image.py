@@ -2,12 +2,13 @@
 
 Serves diffusers text-to-image pipelines from a local directory: SD3 and PixArt-Sigma
 with step-level continuous batching, any other (Flux, Sana, ...) with request batching.
-Per-request parameters travel in `StageRequest.params` (height, width,
-num_inference_steps, guidance_scale, negative_prompt, seed, output_format); the stage's
-deploy `options` switch batching and accelerations (stages/diffusion/options.py).
+Per-request knobs travel typed in `StageRequest.options.diffusion` (height, width,
+num_inference_steps, guidance_scale, negative_prompt, seed, output_format, num_frames, fps;
+stages/diffusion_knobs.py); the stage's deploy `options` switch batching and accelerations
+(stages/diffusion/options.py).
 
 The stage also edits images (image-to-image: an input image in `payloads["image"]`,
-`params["strength"]`, stages/diffusion/image_to_image.py) for checkpoints whose family
+`options.diffusion.strength`, stages/diffusion/image_to_image.py) for checkpoints whose family
 has an img2img pipeline in diffusers: SD3 (step and request batching), Flux and the
 like (request batching). PixArt-Sigma has none and refuses edits naming `image`.
 """
