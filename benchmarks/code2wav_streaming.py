@@ -68,8 +68,9 @@ def synchronize(device: str) -> None:
 
 def baseline(engine, codes: list[list[int]], device: str) -> float:
     """Seconds of decode per second of audio when each request is decoded whole, one at a time."""
+    from stages.diffusion_knobs import DiffusionKnobs
     from stages.generation.engine import CodeStream, Window
-    from stages.protocol import StageRequest
+    from stages.protocol import RequestOptions, StageRequest
 
     decoder = engine.decoder
     stream = CodeStream("warm", decoder.open(StageRequest(request_id="warm")), codes[0])
@@ -77,7 +78,7 @@ def baseline(engine, codes: list[list[int]], device: str) -> float:
     synchronize(device)
     began = time.perf_counter()
     for index, values in enumerate(codes):
-        request = StageRequest(request_id=f"whole{index}", params={"seed": index})
+        request = StageRequest(request_id=f"whole{index}", options=RequestOptions(diffusion=DiffusionKnobs(seed=index)))
         stream = CodeStream(request.request_id, decoder.open(request), values)
         decoder.decode([Window(stream, 0, len(values), final=True)])
     synchronize(device)
@@ -86,7 +87,8 @@ def baseline(engine, codes: list[list[int]], device: str) -> float:
 
 def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dict:
     """All requests arrive at once; each one's frames come in at `talker_fps`; the engine steps until done."""
-    from stages.protocol import StageRequest
+    from stages.diffusion_knobs import DiffusionKnobs
+    from stages.protocol import RequestOptions, StageRequest
 
     decode, decode_s, span_frames = engine.decoder.decode, [0.0], [0]
 
@@ -115,7 +117,7 @@ def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dic
                     seq=seqs[name],
                     finished=due == len(codes[index]),
                     prompt_token_ids=codes[index][fed[name] : due],
-                    params={"seed": index},
+                    options=RequestOptions(diffusion=DiffusionKnobs(seed=index)),
                 )
                 (engine.add_chunk if fed[name] else engine.add_request)(request)
                 fed[name], seqs[name] = due, seqs[name] + 1

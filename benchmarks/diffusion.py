@@ -32,7 +32,8 @@ import torch  # noqa: E402
 from stages.diffusion.engine import DiffusionEngine  # noqa: E402
 from stages.diffusion.media import payload_array  # noqa: E402
 from stages.diffusion.options import DiffusionOptions  # noqa: E402
-from stages.protocol import StageRequest  # noqa: E402
+from stages.diffusion_knobs import DiffusionKnobs  # noqa: E402
+from stages.protocol import RequestOptions, StageRequest  # noqa: E402
 from stages.tiny import REAL_SHAPES  # noqa: E402
 from stages.tiny.diffusion import CORPUS, sd3_components  # noqa: E402
 
@@ -109,7 +110,8 @@ def closed_loop(engine: DiffusionEngine, label: str, concurrency: int, total: in
         nonlocal submitted
         request_id = f"{label}-{submitted}"
         prompt = CORPUS[submitted % len(CORPUS)]
-        engine.add_request(StageRequest(request_id=request_id, prompt=prompt, params={**params, "seed": submitted}))
+        knobs = DiffusionKnobs(**params, seed=submitted)
+        engine.add_request(StageRequest(request_id=request_id, prompt=prompt, options=RequestOptions(diffusion=knobs)))
         started[request_id] = time.perf_counter()
         submitted += 1
 

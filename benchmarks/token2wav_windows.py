@@ -106,6 +106,7 @@ def relative_l2(audio: list[np.ndarray], reference: list[np.ndarray]) -> float:
 
 
 def main() -> None:
+    from stages.diffusion_knobs import DiffusionKnobs
     from stages.generation.engine import CodeStream, Window
     from stages.protocol import RequestOptions, StageRequest
 
@@ -130,7 +131,10 @@ def main() -> None:
                 CodeStream(
                     f"r{i}",
                     decoder.open(
-                        StageRequest(request_id=f"r{i}", options=RequestOptions(voice="Chelsie"), params={"seed": i})
+                        StageRequest(
+                            request_id=f"r{i}",
+                            options=RequestOptions(voice="Chelsie", diffusion=DiffusionKnobs(seed=i)),
+                        )
                     ),
                     frames=frames,
                 )
