@@ -19,7 +19,9 @@ from stages.errors import InvalidRequest
 
 IMAGE_FORMATS = ("png", "jpeg", "webp", "np")
 VIDEO_FORMATS = ("mp4", "np")
-MAX_SEED = 2**63 - 1
+SEEDS = (-(2**63), 2**63 - 1)
+"""A seed is a signed 64-bit integer, as chat's `seed` (also the entry stage's sampling seed) may be:
+torch's generators take negative seeds too."""
 
 
 class DiffusionKnobs(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -52,8 +54,8 @@ class DiffusionKnobs(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_un
                 raise InvalidRequest(name, f"must be at least 1, got {value}")
         if self.guidance_scale is not None and not (math.isfinite(self.guidance_scale) and self.guidance_scale >= 0):
             raise InvalidRequest("guidance_scale", f"must be a finite number >= 0, got {self.guidance_scale}")
-        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
-            raise InvalidRequest("seed", "must be between 0 and 2**63 - 1")
+        if self.seed is not None and not SEEDS[0] <= self.seed <= SEEDS[1]:
+            raise InvalidRequest("seed", "must be a 64-bit signed integer (-2**63 to 2**63 - 1)")
         if self.strength is not None and not (math.isfinite(self.strength) and 0 < self.strength <= 1):
             raise InvalidRequest("strength", f"must be in (0, 1], got {self.strength}")
         formats = dict.fromkeys(IMAGE_FORMATS + VIDEO_FORMATS)

@@ -32,6 +32,10 @@ def test_good_values_are_typed_as_sent():
     assert knobs.fields() == GOOD
 
 
+def test_a_seed_is_any_signed_64_bit_integer():
+    assert diffusion_knobs({"seed": -1}).seed == -1 and diffusion_knobs({"seed": -(2**63)}).seed == -(2**63)
+
+
 def test_lax_spellings_convert_once():
     knobs = diffusion_knobs({"num_inference_steps": 4.0, "seed": "7", "output_format": "JPG", "guidance_scale": 2})
     assert (knobs.num_inference_steps, knobs.seed, knobs.output_format) == (4, 7, "jpeg")
@@ -57,7 +61,7 @@ def test_each_layer_wins_over_the_one_before_and_none_is_not_set():
         ("guidance_scale", math.inf),
         ("guidance_scale", "strong"),
         ("negative_prompt", 3),
-        ("seed", -1),
+        ("seed", -(2**63) - 1),
         ("seed", 2**63),
         ("seed", "x"),
         ("strength", 0),

@@ -69,7 +69,7 @@ def test_a_video_body_becomes_typed_knobs():
         ({"seconds": "four"}, "seconds"),
         ({"num_inference_steps": 0}, "num_inference_steps"),
         ({"guidance_scale": -2.0}, "guidance_scale"),
-        ({"seed": -5}, "seed"),
+        ({"seed": 2**63}, "seed"),
         ({"negative_prompt": ""}, None),
     ],
 )
