@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from stages.errors import InvalidRequest
+from stages.layered_fields import checked, merged_layers
 
 IMAGE_FORMATS = ("png", "jpeg", "webp", "np")
 VIDEO_FORMATS = ("mp4", "np")
@@ -67,41 +68,12 @@ def diffusion_knobs(*layers: Mapping[str, Any] | None, param: str = "") -> Diffu
     """The knobs of `layers`, each over the one before (a None value is not set), converted and
     validated. Raises InvalidRequest whose `param` names the field under `param`
     (`sampling_params_list[0].seed`; `seed` with no `param`) and whose `reason` says what is wrong."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        if layer is None:
-            continue
-        if not isinstance(layer, Mapping):
-            raise InvalidRequest(param or "diffusion", f"Expected `object`, got `{type(layer).__name__}`")
-        merged.update((key, value) for key, value in layer.items() if value is not None)
+    merged = merged_layers(layers, param=param, what="diffusion")
     if isinstance(merged.get("output_format"), str):
         merged["output_format"] = _format_name(merged["output_format"])
-    try:
-        knobs = msgspec.convert(merged, DiffusionKnobs, strict=False)
-        knobs.validate()
-    except msgspec.ValidationError as error:
-        text = str(error)
-        raise InvalidRequest(_join(param, _field_of(text)), text.split(" - at ")[0]) from None
-    except InvalidRequest as error:
-        raise InvalidRequest(_join(param, error.param), error.reason) from None
-    return knobs
+    return checked(DiffusionKnobs, merged, param=param, what="diffusion")
 
 
 def _format_name(name: str) -> str:
     name = name.lower()
     return "jpeg" if name == "jpg" else name
-
-
-def _field_of(message: str) -> str | None:
-    """msgspec says 'Object contains unknown field `sead`' or '... - at `$.seed`'."""
-    if "unknown field `" in message:
-        return message.split("unknown field `", 1)[1].split("`", 1)[0]
-    if "`$." in message:
-        return message.rsplit("`$.", 1)[1].rstrip("`")
-    return None
-
-
-def _join(param: str, field: str | None) -> str:
-    if param and field:
-        return f"{param}.{field}"
-    return field or param or "diffusion"

@@ -42,11 +42,11 @@ def test_the_fields_are_sampling_params_own():
 @pytest.mark.parametrize(
     ("layers", "param", "field", "reason"),
     [
-        ([None, None, {"top_p": 7}], "", "top_p", "top_p: must be in (0, 1]"),
+        ([None, None, {"top_p": 7}], "", "top_p", "must be in (0, 1]"),
         ([None, None, {"temperature": "hot"}], "", "temperature", "Expected `float`, got `str`"),
         ([None, None, {"temprature": 0.5}], "", "temprature", "Object contains unknown field `temprature`"),
         ([None, None, {"top_p": 7}], "sampling_params_list[1]", "sampling_params_list[1].top_p", None),
-        ([None, {"max_tokens": 0}, None], "", "max_tokens", "max_tokens: must be >= 1"),
+        ([None, {"max_tokens": 0}, None], "", "max_tokens", "must be >= 1"),
         ([{"min_tokens": 9}, None, {"max_tokens": 4}], "", "min_tokens", None),
         ([None, None, {"stop_token_ids": [-1]}], "", "stop_token_ids", None),
         ([None, None, "hot"], "sampling_params_list[0]", "sampling_params_list[0]", "Expected `object`, got `str`"),

@@ -370,20 +370,26 @@ async def test_a_read_shows_a_finished_request_before_the_writer_wrote_it(served
     assert await sync_to_async(pending_requests)(user_id=caller.user.pk) == []
 
 
-async def test_applying_the_same_history_twice_writes_it_once(served, caller):
-    from control_plane.inference.history_apply import history_apply
+async def recorded_events(run) -> list:
+    """The history events `run` appended, in order, as the writer reads them."""
     from control_plane.inference.history_events import decode
     from control_plane.inference.redis_names import row_key
+
+    client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    fields = await client.hgetall(row_key(run.request_id))
+    await client.aclose()
+    return [decode(value) for key, value in sorted(fields.items()) if key != b"user"]
+
+
+async def test_applying_the_same_history_twice_writes_it_once(served, caller):
+    from control_plane.inference.history_apply import history_apply
 
     async with StandIn(lambda submit: [text(0, "once", finished=True), audio(0, 160), done(1, 1)]):
         run = new_run(caller)
         await open_run(run, served)
         await (await run.submit(stage_request(run))).drain()
         await run.complete()
-    client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-    fields = await client.hgetall(row_key(run.request_id))
-    await client.aclose()
-    events = [decode(value) for key, value in sorted(fields.items()) if key != b"user"]
+    events = await recorded_events(run)
     assert [type(event).__name__ for event in events] == ["RowOpened", "ArtifactStored", "RowClosed", "UsageRecorded"]
     closed = [await sync_to_async(history_apply)(events) for _ in range(3)]  # a writer and two readers, say
     assert closed == [1, 0, 0]  # the first closing wins; metrics count it once
@@ -394,18 +400,13 @@ async def test_applying_the_same_history_twice_writes_it_once(served, caller):
 
 async def test_a_row_opened_in_one_batch_is_closed_by_a_later_one_once(served, caller):
     from control_plane.inference.history_apply import history_apply
-    from control_plane.inference.history_events import decode
-    from control_plane.inference.redis_names import row_key
 
     async with StandIn(lambda submit: [text(0, "later", finished=True), done(1, 1)]):
         run = new_run(caller)
         await open_run(run, served)
         await (await run.submit(stage_request(run))).drain()
         await run.complete()
-    client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-    fields = await client.hgetall(row_key(run.request_id))
-    await client.aclose()
-    events = [decode(value) for key, value in sorted(fields.items()) if key != b"user"]
+    events = await recorded_events(run)
     opened = [event for event in events if type(event).__name__ == "RowOpened"]
     assert await sync_to_async(history_apply)(opened) == 0
     row = await sync_to_async(InferenceRequest.objects.get)(request_id=run.request_id)
