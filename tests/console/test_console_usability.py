@@ -275,9 +275,9 @@ def test_a_video_request_without_a_frame_count_leaves_it_to_the_deployment():
 
     message = {"mode": "video", "deployment": "clip", "input": {"prompt": "waves", "num_frames": ""}}
     run = playground_request(message)
-    assert "num_frames" not in run.request.params and "num_frames" not in curl_sample(run, "http://x")
+    assert run.request.options.diffusion.num_frames is None and "num_frames" not in curl_sample(run, "http://x")
     message["input"]["num_frames"] = "17"
-    assert playground_request(message).request.params["num_frames"] == 17
+    assert playground_request(message).request.options.diffusion.num_frames == 17
 
 
 def test_a_pipeline_refuses_a_default_frame_count_its_multiple_rejects():
