@@ -110,6 +110,9 @@ def test_install_on_a_model_and_remove_again():
 
     torch.manual_seed(0)
     model = Qwen3OmniMoeTalkerModel(qwen3_omni_config().talker_config.text_config).eval()
+    with torch.no_grad():  # a bare submodel's fused expert weights are left uninitialised
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape) * 0.1)
     blocks = moe_blocks(model)
     assert len(blocks) == model.config.num_hidden_layers
     assert has_host_synced_moe(model)
