@@ -37,14 +37,6 @@ class ServingLeases:
     def untrack(self, request_id: str) -> None:
         self.held.discard(request_id)
 
-    async def hold(self, request_id: str) -> None:
-        self.track(request_id)
-        await self.client.zadd(serving_leases(), {request_id: time.time()})
-
-    async def release(self, request_id: str) -> None:
-        self.untrack(request_id)
-        await self.client.zrem(serving_leases(), request_id)
-
     async def _renew(self) -> None:
         while self.held:
             await asyncio.sleep(RENEW_S)
