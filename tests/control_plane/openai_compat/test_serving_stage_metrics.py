@@ -6,6 +6,8 @@ memory of the replicas and of the device they run on."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from procs import METRICS_TOKEN, wait_for
@@ -41,11 +43,27 @@ def value(samples: dict, name: str, **labels) -> float:
     return found[0] if found else 0.0
 
 
+def settled_scrape(stack) -> dict[str, list]:
+    """A scrape whose stage step counts no later heartbeat changes (two scrapes 1.5 s apart, three
+    heartbeats at the stacks' 0.5 s, agree): the requests before it are counted whole, not midway."""
+    previous = scrape(stack)
+
+    def settled() -> dict | None:
+        nonlocal previous
+        time.sleep(1.5)
+        current = scrape(stack)
+        same = current.get("omnistage_stage_step_seconds_count") == previous.get("omnistage_stage_step_seconds_count")
+        previous = current
+        return current if same else None
+
+    return wait_for(settled, timeout=60, interval=0, what="the replicas' heartbeats to settle")
+
+
 def test_stage_series_have_values_after_requests_through_each_stage_kind(serving_stack, tiny_omni, tiny_sd3):
     serving_stack.deploy("omni-metrics", "qwen2_5_omni", model_dir=str(tiny_omni), deploy_config=OMNI)
     serving_stack.deploy("image-metrics", "text_to_image", model_dir=str(tiny_sd3))
     serving_stack.wait_running("omni-metrics", "image-metrics", timeout=600)
-    before = scrape(serving_stack)  # the warm-up requests are counted by the replicas already
+    before = settled_scrape(serving_stack)  # the warm-up requests, wholly counted by the replicas
 
     client = serving_stack.client(timeout=300)
     reply = client.chat.completions.create(
@@ -62,9 +80,8 @@ def test_stage_series_have_values_after_requests_through_each_stage_kind(serving
     serving_stack.history_written()
 
     def stepped() -> dict | None:
-        """The scrape once every stage's heartbeat counted the requests' steps and both requests'
-        waits (`before` can predate the heartbeat that carried the warm-up)."""
-        samples = scrape(serving_stack)
+        """A settled scrape once every stage's heartbeat counted the requests' steps and waits."""
+        samples = settled_scrape(serving_stack)
         stages = [("omni-metrics", stage) for stage in OMNI_STAGES] + [("image-metrics", "dit")]
         grew = all(
             value(samples, "omnistage_stage_step_seconds_count", deployment=d, stage=s)
