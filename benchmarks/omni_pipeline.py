@@ -180,12 +180,28 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None, 
                 await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))
         for concurrency in args.concurrency:
             rounds = max(1, args.repeats if concurrency == 1 else 1)
+            if concurrency == args.py_spy_at:
+                sample_own_threads(args.py_spy, args.py_spy_seconds)
             results, start = [], time.perf_counter()
             for _ in range(rounds):
                 results += await asyncio.gather(*(one(i) for i in range(concurrency)))
             ours = summary(f"omnistage concurrency {concurrency}", results, time.perf_counter() - start)
             if base:
                 print(f"{'':28s} throughput vs transformers: {ours['rps'] / base['rps']:.2f}x", flush=True)
+
+
+def sample_own_threads(py_spy: str, seconds: float) -> None:
+    """Record, in the background, which of this process's threads hold the GIL and where (py-spy, raw
+    collapsed stacks per thread to `omni_gil_<pid>.txt` in $OUT or the working directory): the samples
+    per thread over the recording's length say how busy the interpreter is and which stage keeps it."""
+    import os
+    import subprocess
+
+    out = Path(os.environ.get("OUT", ".")) / f"omni_gil_{os.getpid()}.txt"
+    command = [py_spy, "record", "--pid", str(os.getpid()), "--gil", "--threads", "--nonblocking", "--rate", "200"]
+    command += ["--format", "raw", "--duration", str(int(seconds)), "--output", str(out)]
+    subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"py-spy: {seconds:.0f} s of GIL samples at 200 Hz -> {out}", flush=True)
 
 
 MESSAGES = [{"role": "user", "content": "Tell me a short story about the sea."}]
@@ -273,6 +289,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--prompt-tokens", type=int, default=0, help="pad the user message to this many tokens")
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
+    parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary for --py-spy-at")
+    parser.add_argument("--py-spy-at", type=int, help="sample the GIL's holders during this concurrency's timed run")
+    parser.add_argument("--py-spy-seconds", type=float, default=8.0)
     parser.add_argument(
         "--model-dir",
         help="keep the checkpoint (tiny, or the real-shape configs) under this folder for later runs (default: a temp dir)",

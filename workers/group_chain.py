@@ -22,6 +22,7 @@ from stages.engine import StageEngine
 from stages.errors import InvalidRequest
 from stages.groups import StageGroup
 from stages.orchestrator.actions import SendAbort, SendToReplica
+from stages.orchestrator.replica_streams import stream_priority
 from stages.orchestrator.replica_thread import ReplicaThread
 from stages.protocol import StageError, StageOutput, StageRequest
 from workers.group_handover import GroupHandover
@@ -91,6 +92,7 @@ class GroupChain(StageEngine):
             lambda: build(name),
             lambda _name, outputs: self.arrived.put((stage_id, outputs)),
             cuda_device=cuda_device(name),
+            stream_priority=stream_priority(self.pipeline.stage(stage_id).kind),
             on_fatal=self._set_fatal,
         )
         member.start()

@@ -16,7 +16,6 @@ Payloads that leave the group go inline or through Redis, never this host's shar
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 
 from stages.config import DeployConfig, StageDeployConfig
@@ -24,6 +23,7 @@ from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.groups import StageGroups
 from stages.models.weights_meter import metering
+from stages.orchestrator.replica_streams import own_stream_device
 from stages.protocol import ReplicaSpec, StageOutput
 from workers.group_chain import GroupChain
 from workers.replica_host import ReplicaHost
@@ -82,11 +82,4 @@ def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | No
         return load_stage_engine(family, name, spec.model_dir, stage_deploy, pipeline)
 
     with metering(weights) if weights is not None else contextlib.nullcontext():
-        return GroupChain(pipeline, group, build, cuda_device=lambda name: _cuda_device(deploys[name].device))
-
-
-def _cuda_device(device: str) -> str | None:
-    """A member on a GPU steps on its own CUDA stream (OMNISTAGE_REPLICA_STREAMS=0: the default one)."""
-    if not device.startswith("cuda") or os.environ.get("OMNISTAGE_REPLICA_STREAMS", "1") == "0":
-        return None
-    return device
+        return GroupChain(pipeline, group, build, cuda_device=lambda name: own_stream_device(deploys[name].device))

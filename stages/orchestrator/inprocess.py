@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import functools
 import itertools
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from stages.groups import ungrouped
 from stages.orchestrator.actions import Action, Complete, Discard, Emit, Fail, SendAbort, SendToReplica
 from stages.orchestrator.core import Orchestrator
 from stages.orchestrator.events import Cancel, DeploymentUp, Event, ReplicaUp, StageOutputEvent, Submit, Tick
+from stages.orchestrator.replica_streams import own_stream_device, stream_priority
 from stages.orchestrator.replica_thread import ReplicaThread
 from stages.protocol import SamplingParams, StageOutput, StageRequest
 
@@ -82,7 +82,8 @@ class InProcessDriver:
                     replica_id,
                     functools.partial(self.build_engine, stage.name),
                     self._deliver_threadsafe,
-                    cuda_device=_cuda_device(self.deploy.for_stage(stage).device),
+                    cuda_device=own_stream_device(self.deploy.for_stage(stage).device),
+                    stream_priority=stream_priority(stage.kind),
                 )
                 replica.start()
                 try:
@@ -172,10 +173,3 @@ class InProcessDriver:
             stream = self.streams.get(action.request_id)
             if stream is not None:
                 stream.put_nowait(action)
-
-
-def _cuda_device(device: str) -> str | None:
-    """The device of a stage whose replica thread gets its own CUDA stream (OMNISTAGE_REPLICA_STREAMS=0: none)."""
-    if not device.startswith("cuda") or os.environ.get("OMNISTAGE_REPLICA_STREAMS", "1") == "0":
-        return None
-    return device

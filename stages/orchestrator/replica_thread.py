@@ -4,7 +4,8 @@ It takes `SendToReplica` / `SendAbort` actions, turns a failure in one request's
 into an error output for that request, and a failing `step()` into error outputs for the
 requests the engine holds; the thread keeps serving either way.
 
-On a GPU every replica thread builds and runs its engine on its own CUDA stream. On the one
+On a GPU every replica thread builds and runs its engine on its own CUDA stream (of the priority
+stages/orchestrator/replica_streams.py gives its stage). On the one
 default stream each host sync of one stage (a sampler reading its tokens, a copy to the host)
 would wait for everything the other stages queued before it: the talker's steps would wait
 for the thinker's and code2wav's graph replays. A thread syncs its stream before it hands
@@ -38,6 +39,7 @@ class ReplicaThread:
         deliver: Callable[[str, list[StageOutput]], None],
         *,
         cuda_device: str | None = None,
+        stream_priority: int = 0,
     ):
         self.replica_id = replica_id
         self.build = build
@@ -46,6 +48,7 @@ class ReplicaThread:
         """Done once the engine is built (or failed to build: the exception)."""
         self.deliver = deliver
         self.cuda_device = cuda_device
+        self.stream_priority = stream_priority
         self.stream = None
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.active: dict[str, int] = {}
@@ -80,7 +83,7 @@ class ReplicaThread:
 
         device = torch.device(self.cuda_device)
         with torch.cuda.device(device):
-            self.stream = torch.cuda.Stream(device)
+            self.stream = torch.cuda.Stream(device, priority=self.stream_priority)
             with torch.cuda.stream(self.stream):
                 yield
 
