@@ -4,14 +4,15 @@ It has no model, so it isolates what the orchestration costs: the in-process dri
 the Redis-stream platform path, forwarding between stages. Options (from the stage's
 deploy config `options`): `delay_s` sleeps that long per step, `tokens_per_step` word
 pieces per step, `payload_bytes` attaches that many bytes (`payloads["hidden"]`) to every
-output with pieces, `fail_warmups` fails that many warm-up requests (`params["warmup"]`)
+output with pieces, `fail_warmups` fails that many warm-up requests (`options.extra["warmup"]`)
 before it lets one pass. A stage named "voice" answers with audio (a short tone per piece).
 A request that brought payloads ends with their size and CRC-32 in its last output's params
 (`stages.echo_payloads`).
 
-Per-request test hooks in `StageRequest.params`: `echo_fail` makes the request fail in
-its first step with a server error; `echo_hang` keeps it from ever producing output;
-`echo_crash` makes `step()` itself raise (an engine bug), so drivers can show they survive.
+Per-request test hooks in `StageRequest.options.extra` (chat's `additional_information`):
+`echo_fail` makes the request fail in its first step with a server error; `echo_hang` keeps it
+from ever producing output; `echo_crash` makes `step()` itself raise (an engine bug), so drivers
+can show they survive.
 """
 
 from __future__ import annotations
@@ -95,16 +96,17 @@ class EchoEngine(StageEngine):
             request.sampling.validate()
         if request.prompt is None and not request.messages and request.prompt_token_ids is None and request.finished:
             raise InvalidRequest("prompt", "the echo stage needs a prompt, messages or prompt_token_ids")
+        extra = request.options.extra
         state = _EchoRequest(
             request_id=request.request_id,
             stage_id=request.stage_id,
             max_tokens=request.sampling.max_tokens if request.sampling else None,
             input_finished=request.finished,
-            fail=bool(request.params.get("echo_fail")),
-            hang=bool(request.params.get("echo_hang")),
-            crash=bool(request.params.get("echo_crash")),
+            fail=bool(extra.get("echo_fail")),
+            hang=bool(extra.get("echo_hang")),
+            crash=bool(extra.get("echo_crash")),
         )
-        if request.params.get("warmup") and self.warmups_to_fail > 0:
+        if extra.get("warmup") and self.warmups_to_fail > 0:
             self.warmups_to_fail -= 1
             state.fail_warmup = True
         state.pieces.extend(split_pieces(request))

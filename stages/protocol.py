@@ -123,7 +123,9 @@ class RequestOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     diffusion: DiffusionKnobs = msgspec.field(default_factory=DiffusionKnobs)
     """The diffusion knobs (size, steps, guidance, seed...), checked at the edge (stages/diffusion_knobs.py)."""
     extra: dict[str, Any] = {}
-    """Family-specific options, by name (`additional_information` still travels in `params`)."""
+    """Family-specific options, by name: chat's `additional_information` less its voice keys (the
+    Qwen-Omni thinker's `use_audio_in_video`, an AR stage's `hidden_layers`, a diffusion stage's
+    `prompt`, the echo stage's test hooks) and the deployment warm-up's `warmup` mark."""
 
 
 class StageRequest(msgspec.Struct, kw_only=True):
@@ -146,8 +148,9 @@ class StageRequest(msgspec.Struct, kw_only=True):
     options: RequestOptions = msgspec.field(default_factory=RequestOptions)
     """The request's options; the entry's request carries them and the orchestrator forwards them."""
     params: dict[str, Any] = {}
-    """Data between stages (a thinker's prompt ids for its talker, hidden-state layers...) and the
-    options not typed yet (`additional_information`)."""
+    """Data between stages (a thinker's prompt ids for its talker, hidden-state layers...) and, on
+    the entry's request, what the platform adds (a custom voice's conditioning,
+    stages/voice_conditioning.py); what the request asks for travels in `options`."""
     arrival_time: float = 0.0
     group_sampling: dict[str, SamplingParams] = {}
     """For the entry stage of a stage group (seq 0): the request's sampling of the group's other

@@ -3,12 +3,13 @@
 OpenAI's standard shapes: `message.content` for text (a list of `image_url` parts when the
 pipeline draws), `message.audio` {id, data, transcript, expires_at} in one choice,
 `delta.content` and `delta.audio` when streaming, `stream_options.include_usage`. Omni
-extras: `sampling_params_list` (one dict per stage), `additional_information` (merged into the
-request params every stage sees), `voice`/`speaker` (or `audio.voice`), `max_audio_seconds` (the
-audio cap of this request, stages/audio_cap.py), `language`, `instructions`, and the diffusion
-knobs (`size`, `height`, `width`, `num_inference_steps`, `guidance_scale`, `negative_prompt`,
-`seed`; a diffusion stage's `sampling_params_list` entry over them): the request's options,
-`stages.protocol.RequestOptions`.
+extras: `sampling_params_list` (one dict per stage), `voice`/`speaker` (or `audio.voice`),
+`max_audio_seconds` (the audio cap of this request, stages/audio_cap.py), `language`,
+`instructions`, the diffusion knobs (`size`, `height`, `width`, `num_inference_steps`,
+`guidance_scale`, `negative_prompt`, `seed`; a diffusion stage's `sampling_params_list` entry
+over them) and `additional_information` (family-specific options, by name; its `voice` is the
+request's voice): the request's options, `stages.protocol.RequestOptions`, which every stage of
+the request sees (`additional_information` as `RequestOptions.extra`).
 """
 
 from __future__ import annotations
@@ -133,6 +134,12 @@ def _extra_voice(body: ChatRequest) -> str | None:
     return voice if isinstance(voice, str) else None
 
 
+def extra_options(body: ChatRequest) -> dict[str, Any]:
+    """`additional_information` less its voice keys: the request's family-specific options
+    (`RequestOptions.extra`), which every stage of the request sees."""
+    return {key: value for key, value in (body.additional_information or {}).items() if key not in VOICE_KEYS}
+
+
 @served_view(Route.CHAT, "POST")
 async def chat_completions(request, run: RequestRun):
     raw = read_json(request)
@@ -158,10 +165,8 @@ async def chat_completions(request, run: RequestRun):
         served.pipeline, served.deploy, sampling_fields(body), body.sampling_params_list
     )
     knobs = request_knobs(body_knobs(body), stage_knobs.fields())
-    params = {key: value for key, value in (body.additional_information or {}).items() if key not in VOICE_KEYS}
     requested = (body.audio.voice if body.audio else None) or body.voice or body.speaker
-    voice, voice_params = await request_voice(served, run.caller.user, requested or _extra_voice(body))
-    params.update(voice_params)
+    voice, params = await request_voice(served, run.caller.user, requested or _extra_voice(body))
     options = RequestOptions(
         modalities=modalities,
         voice=voice,
@@ -170,6 +175,7 @@ async def chat_completions(request, run: RequestRun):
         max_audio_seconds=None if body.max_audio_seconds is None else max_audio_seconds(body.max_audio_seconds,
                                                                                          served.deploy),
         diffusion=knobs,
+        extra=extra_options(body),
     )  # fmt: skip
     parameters = {
         key: value

@@ -85,8 +85,9 @@ def warmup_submit(deployment_id: str, request_id: str, pipeline: dict | None = N
         prompt="Hello",
         messages=[{"role": "user", "content": "Hello"}],
         sampling=SamplingParams(max_tokens=2, temperature=0.0),
-        options=RequestOptions(diffusion=DiffusionKnobs(num_inference_steps=2, height=64, width=64)),
-        params={"warmup": True},
+        options=RequestOptions(
+            diffusion=DiffusionKnobs(num_inference_steps=2, height=64, width=64), extra={"warmup": True}
+        ),
         arrival_time=time.time(),
     )
     return Submit(deployment_id=deployment_id, request=request, sampling=sampling, at=time.time())

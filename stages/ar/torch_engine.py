@@ -14,9 +14,10 @@ graph per batch size shared by all layers, see `compiled_layers.py`),
 default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
 which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
 
-Per request (`StageRequest.params`): `hidden_layers` (indices into transformers' hidden_states
-tuple; 0 is the embeddings, -1 the last) returns `payloads["hidden"]` as [layers, n, hidden] for the
-n positions computed in that step, with `params["hidden_start"]` their first position.
+Per request (`StageRequest.options.extra`): `hidden_layers` (indices into transformers'
+hidden_states tuple; 0 is the embeddings, -1 the last) returns `payloads["hidden"]` as
+[layers, n, hidden] for the n positions computed in that step, with `params["hidden_start"]` their
+first position.
 A request added with `finished=False` prefills its input as it arrives and starts generating after
 the chunk with `finished=True`.
 
@@ -159,7 +160,7 @@ class ARTorchEngine(StageEngine):
 
     def add_request(self, request: StageRequest) -> None:
         sampling = parse_sampling(request, self.deploy.sampling)
-        hidden_layers = parse_hidden_layers(request.params.get("hidden_layers"), self.num_layers)
+        hidden_layers = parse_hidden_layers(request.options.extra.get("hidden_layers"), self.num_layers)
         token_ids, embeds = self._prompt_of(request)
         if not token_ids and embeds is None and request.finished:
             raise InvalidRequest("prompt", "the prompt is empty")

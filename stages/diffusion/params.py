@@ -114,8 +114,8 @@ def parse_params(request: StageRequest, traits: PipelineTraits, options: Diffusi
 
 
 def request_prompt(request: StageRequest) -> str:
-    """The text to render: `prompt`, else `params["prompt"]`, else the last user message."""
-    prompt = request.prompt or request.params.get("prompt")
+    """The text to render: `prompt`, else `options.extra["prompt"]`, else the last user message."""
+    prompt = request.prompt or request.options.extra.get("prompt")
     if not prompt and request.messages:
         content = request.messages[-1].get("content", "")
         if isinstance(content, list):

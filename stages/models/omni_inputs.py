@@ -60,7 +60,7 @@ def prepare_omni_request(request: StageRequest, processor, video_limits: VideoLi
             return msgspec.structs.replace(request, prompt=None, prompt_token_ids=token_ids)
         messages = [{"role": "user", "content": request.prompt}]
     parts = split_messages(messages)
-    if parts.videos and request.params.get("use_audio_in_video"):
+    if parts.videos and request.options.extra.get("use_audio_in_video"):
         raise InvalidRequest("use_audio_in_video", "a video's own audio track is not used; send it as an audio part")
     videos = sample_videos(parts.videos, processor.video_processor, video_limits)
     text = processor.tokenizer.apply_chat_template(parts.conversation, add_generation_prompt=True, tokenize=False)

@@ -67,7 +67,7 @@ class ThinkerAdapter:
         inputs = {key: from_wire(value, device) for key, value in request.payloads.items() if key in MM_PAYLOADS}
         prompt_ids = list(seq.token_ids)
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-        use_audio_in_video = bool(request.params.get("use_audio_in_video", False))
+        use_audio_in_video = bool(request.options.extra.get("use_audio_in_video", False))
         audio_lengths = inputs["feature_attention_mask"].sum(-1) if "feature_attention_mask" in inputs else None
         positions, delta = self.model.get_rope_index(
             ids,

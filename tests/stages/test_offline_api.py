@@ -64,7 +64,7 @@ def test_bad_input_names_the_field_and_the_engine_keeps_serving(echo):
 def test_an_engine_error_in_one_request_leaves_the_others_alone(echo):
     async def both():
         engine = echo.engine
-        failing = engine.generate_all({"prompt": "boom", "params": {"echo_fail": True}})
+        failing = engine.generate_all({"prompt": "boom", "options": {"extra": {"echo_fail": True}}})
         fine = engine.generate_all("fine words")
         return await asyncio.gather(failing, fine, return_exceptions=True)
 
@@ -96,7 +96,7 @@ async def test_leaving_the_stream_early_cancels_the_request():
 async def test_a_stuck_stage_times_out_with_a_clear_error():
     async with AsyncOmni("echo", deploy={"hop_timeout_s": 0.3}) as omni:
         with pytest.raises(RequestFailed) as excinfo:
-            await omni.generate_all({"prompt": "never", "params": {"echo_hang": True}})
+            await omni.generate_all({"prompt": "never", "options": {"extra": {"echo_hang": True}}})
     assert excinfo.value.error.type == "timeout_error" and "hop_timeout_s=0.3" in str(excinfo.value)
 
 

@@ -31,7 +31,7 @@ def admit(chain: GroupHandover, **options) -> None:
 
 def test_a_streaming_edge_hands_each_output_on_with_the_hidden_states_and_strips_them_from_the_text():
     chain = whole_omni()
-    admit(chain)
+    admit(chain, extra={"use_audio_in_video": False})
     first = chain.route(
         StageOutput(request_id="r", stage_id=0, seq=0, text="a", token_ids=[1], payloads={"hidden": HIDDEN})
     )
@@ -39,6 +39,9 @@ def test_a_streaming_edge_hands_each_output_on_with_the_hidden_states_and_strips
     assert (talker_input.stage_id, talker_input.seq, talker_input.finished) == (1, 0, False)
     assert talker_input.payloads["hidden"] is HIDDEN
     assert talker_input.sampling.max_tokens == 9 and talker_input.options.voice == "v"
+    assert (
+        talker_input.options.extra == {"use_audio_in_video": False} and "use_audio_in_video" not in talker_input.params
+    )
     assert first.leaving.text == "a" and first.leaving.payloads == {}
     last = chain.route(StageOutput(request_id="r", stage_id=0, seq=1, finished=True, finish_reason="stop"))
     assert [(i.seq, i.finished, i.sampling) for i in last.inputs] == [(1, True, None)]

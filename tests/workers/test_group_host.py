@@ -23,7 +23,7 @@ from replica_testing import (
 from stages import streams
 from stages.echo import family as echo_family
 from stages.echo_payloads import PAYLOAD_KEY, PayloadDigest, echo_payload
-from stages.protocol import SamplingParams, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageRequest
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 
@@ -68,8 +68,8 @@ def group(client, redis_url, tmp_path):
     forget(client, group.id, group.deployment)
 
 
-def entry(request_id: str, prompt: str, **params) -> StageRequest:
-    return StageRequest(request_id=request_id, stage_id=0, prompt=prompt, params=params)
+def entry(request_id: str, prompt: str, **extra) -> StageRequest:
+    return StageRequest(request_id=request_id, stage_id=0, prompt=prompt, options=RequestOptions(extra=extra))
 
 
 def by_stage(client, group, request_id: str) -> dict[int, list]:

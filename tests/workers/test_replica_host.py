@@ -31,7 +31,7 @@ from replica_testing import (
 
 from stages import streams
 from stages.echo import EchoEngine
-from stages.protocol import ReplicaSpec, SamplingParams, StageOutput, StageRequest
+from stages.protocol import ReplicaSpec, RequestOptions, SamplingParams, StageOutput, StageRequest
 from workers import replica_host
 from workers.replica_host import ReplicaHost
 
@@ -137,7 +137,7 @@ def test_bad_input_fails_only_that_request(client, replica):
     client.xadd(stream, {"kind": "request", "data": b"\xc1 not msgpack"})
     client.xadd(stream, {"kind": "bogus", "data": b""})
     send_request(client, replica.id, StageRequest(request_id="never-started", seq=3, prompt="x"))
-    send_request(client, replica.id, request("engine-fails", "x", params={"echo_fail": True}))
+    send_request(client, replica.id, request("engine-fails", "x", options=RequestOptions(extra={"echo_fail": True})))
     send_request(client, replica.id, request("good-after", "still fine"))
 
     assert finished_output(client, replica.deployment, "good").finish_reason == "stop"

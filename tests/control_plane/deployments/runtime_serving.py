@@ -9,11 +9,16 @@ import uuid
 import redis.asyncio
 
 from control_plane.orchestrator.serving import serve
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 
-def request(text: str, **params) -> StageRequest:
-    return StageRequest(request_id=f"req-{uuid.uuid4().hex[:10]}", prompt=text, params=params, arrival_time=time.time())
+def request(text: str, **extra) -> StageRequest:
+    return StageRequest(
+        request_id=f"req-{uuid.uuid4().hex[:10]}",
+        prompt=text,
+        options=RequestOptions(extra=extra),
+        arrival_time=time.time(),
+    )
 
 
 async def collect(

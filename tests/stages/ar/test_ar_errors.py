@@ -8,7 +8,7 @@ import pytest
 from stages.ar import ARTorchEngine
 from stages.config import StageDeployConfig
 from stages.errors import InvalidRequest
-from stages.protocol import SamplingParams, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageRequest
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=10, ignore_eos=True)
 
@@ -22,7 +22,7 @@ BAD_REQUESTS = {
     "max_tokens": StageRequest(request_id="bad", prompt="hi", sampling=SamplingParams(max_tokens=-1)),
     "prompt": StageRequest(request_id="bad", prompt_token_ids=[5] * 64),
     "prompt_token_ids": StageRequest(request_id="bad", prompt_token_ids=[1, 2, 10**6]),
-    "hidden_layers": StageRequest(request_id="bad", prompt="hi", params={"hidden_layers": [7]}),
+    "hidden_layers": StageRequest(request_id="bad", prompt="hi", options=RequestOptions(extra={"hidden_layers": [7]})),
     "top_p": StageRequest(request_id="bad", prompt="hi", sampling=SamplingParams(top_p=0)),
     "stop_token_ids": StageRequest(request_id="bad", prompt="hi", sampling=SamplingParams(stop_token_ids=[-1])),
 }

@@ -10,7 +10,7 @@ import torch
 
 from stages.ar import ARTorchEngine
 from stages.config import StageDeployConfig
-from stages.protocol import SamplingParams, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageRequest
 from stages.tensors import from_wire, to_wire
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -44,7 +44,12 @@ def test_hidden_states_equal_transformers_output_hidden_states(engine, hf, helpe
     expected = torch.stack([torch.cat([step[layer][0] for step in reference.hidden_states]) for layer in layers])
 
     other = StageRequest(request_id="plain", prompt_token_ids=prompt_of(9, seed=1), sampling=GREEDY)
-    wanted = StageRequest(request_id="h", prompt_token_ids=prompt, sampling=GREEDY, params={"hidden_layers": layers})
+    wanted = StageRequest(
+        request_id="h",
+        prompt_token_ids=prompt,
+        sampling=GREEDY,
+        options=RequestOptions(extra={"hidden_layers": layers}),
+    )
     results = helpers.run_engine(engine, {0: [other], 1: [wanted]})
 
     pieces = [o for o in results["h"].outputs if "hidden" in o.payloads]
@@ -131,7 +136,7 @@ def test_hidden_states_through_the_graph_decode_buffers(tiny_llms, hf, helpers):
         request_id="g",
         prompt_token_ids=prompt,
         sampling=SamplingParams(temperature=0.0, max_tokens=6),
-        params={"hidden_layers": -1},
+        options=RequestOptions(extra={"hidden_layers": -1}),
     )
     results = helpers.run_engine(engine, {0: [request]})
     rows = torch.cat([from_wire(o.payloads["hidden"])[0] for o in results["g"].outputs if "hidden" in o.payloads])

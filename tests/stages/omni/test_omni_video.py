@@ -24,20 +24,20 @@ from video_samples import empty_video_bytes, video_b64, video_bytes, video_data_
 
 from stages.config import StageDeployConfig
 from stages.errors import ConfigError, InvalidRequest
-from stages.protocol import SamplingParams, StageRequest
+from stages.protocol import RequestOptions, SamplingParams, StageRequest
 
 FAMILIES = ["qwen2_5_omni", "qwen3_omni"]
 VIDEO_TOKEN = 151656  # <|VIDEO|> in Qwen2.5-Omni, <|video_pad|> in Qwen3-Omni
 N_TEXT, N_CODES = 6, 8
 
 
-def video_request(*videos: dict, params: dict | None = None, max_tokens: int = N_TEXT) -> StageRequest:
+def video_request(*videos: dict, extra: dict | None = None, max_tokens: int = N_TEXT) -> StageRequest:
     content = [*videos, {"type": "text", "text": "What happens in this video?"}]
     return StageRequest(
         request_id="video",
         messages=[{"role": "user", "content": content}],
         sampling=SamplingParams(temperature=0, max_tokens=max_tokens, stop_token_ids=[151645]),
-        params=params or {},
+        options=RequestOptions(extra=extra or {}),
     )
 
 
@@ -318,7 +318,7 @@ def test_bad_video_names_the_field(omni_models, part, field, words):
 def test_audio_in_video_is_refused(omni_models):
     with pytest.raises(InvalidRequest) as raised:
         prepare(
-            "qwen3_omni", omni_models["qwen3_omni"], video_request(video_part(0), params={"use_audio_in_video": True})
+            "qwen3_omni", omni_models["qwen3_omni"], video_request(video_part(0), extra={"use_audio_in_video": True})
         )
     assert raised.value.param == "use_audio_in_video"
 

@@ -10,7 +10,7 @@ from stages.config import load_deploy_config
 from stages.echo import family as echo_family
 from stages.orchestrator.actions import Complete, Emit, Fail
 from stages.orchestrator.inprocess import InProcessDriver
-from stages.protocol import StageRequest
+from stages.protocol import RequestOptions, StageRequest
 
 
 def driver_for(variant="default", **deploy) -> InProcessDriver:
@@ -19,9 +19,10 @@ def driver_for(variant="default", **deploy) -> InProcessDriver:
     )
 
 
-async def run(driver: InProcessDriver, request_id: str, prompt: str, **params):
+async def run(driver: InProcessDriver, request_id: str, prompt: str, **extra):
     events = []
-    async for event in driver.generate(StageRequest(request_id=request_id, prompt=prompt, params=params)):
+    request = StageRequest(request_id=request_id, prompt=prompt, options=RequestOptions(extra=extra))
+    async for event in driver.generate(request):
         events.append(event)
     return events
 
@@ -54,6 +55,23 @@ async def test_a_deploy_config_with_stage_groups_runs_the_chain_in_process_as_wi
         assert isinstance(events[-1], Complete)
         assert "".join(e.output.text for e in events if isinstance(e, Emit)) == "one two"
         assert any("audio" in e.output.payloads for e in events if isinstance(e, Emit))
+    finally:
+        await driver.close()
+
+
+async def test_a_later_stage_reads_the_requests_options_and_no_option_from_params():
+    """The warm-up mark reaches the chain's second stage in the request's options; the same key in
+    `params` is data between stages, which no stage takes for an option."""
+    driver = driver_for("chain", stages={"echo2": {"options": {"fail_warmups": 5}}})
+    await driver.start()
+    try:
+        marked = await run(driver, "marked", "a b", warmup=True)
+        assert isinstance(marked[-1], Fail)
+        assert marked[-1].error.message.startswith("stage 'echo2': this stage fails its warm-up on purpose")
+        request = StageRequest(request_id="in-params", prompt="c d", params={"warmup": True, "echo_fail": True})
+        in_params = [event async for event in driver.generate(request)]
+        assert isinstance(in_params[-1], Complete)
+        assert "".join(e.output.text for e in in_params if isinstance(e, Emit)) == "c d"
     finally:
         await driver.close()
 
