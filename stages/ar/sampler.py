@@ -33,8 +33,12 @@ class Sampler:
                 tokens[row] = token
         sampled_rows = [row for row, is_greedy in enumerate(greedy) if not is_greedy]
         probs = self._filtered_probs(logits[sampled_rows].float(), [seqs[row] for row in sampled_rows])
-        for row, row_probs in zip(sampled_rows, probs, strict=True):
-            tokens[row] = int(torch.multinomial(row_probs, 1, generator=seqs[row].generator))
+        draws = [
+            torch.multinomial(row_probs, 1, generator=seqs[row].generator)
+            for row, row_probs in zip(sampled_rows, probs, strict=True)
+        ]  # left on the device: one copy to the host for the whole batch, not one per row
+        for row, token in zip(sampled_rows, torch.cat(draws).tolist(), strict=True):
+            tokens[row] = token
         return tokens
 
     def _penalize_repetitions(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
@@ -43,7 +47,7 @@ class Sampler:
         rows = [row for row, seq in enumerate(seqs) if (seq.sampling.repetition_penalty or 1.0) != 1.0]
         if not rows:
             return logits
-        seen = torch.stack([self._seen_tokens(seqs[row], logits.shape[-1]) for row in rows])
+        seen = self._seen_tokens([seqs[row] for row in rows], logits.shape[-1])
         penalty = torch.tensor([seqs[row].sampling.repetition_penalty for row in rows], device=logits.device)
         picked = logits[rows].float()
         penalty = penalty.unsqueeze(1)
@@ -52,15 +56,24 @@ class Sampler:
         logits[rows] = torch.where(seen, penalized, picked)
         return logits
 
-    def _seen_tokens(self, seq: Sequence, vocab: int) -> torch.Tensor:
-        """[vocab] bool of the tokens in `seq`, kept on the device and extended by the new tokens."""
-        seen, counted = seq.extra.get("seen_tokens", (None, 0))
-        if seen is None:
-            seen = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        new = seq.token_ids[counted:]
-        if new:
-            seen[torch.tensor(new, dtype=torch.long).to(self.device)] = True
-        seq.extra["seen_tokens"] = (seen, seq.num_tokens)
+    def _seen_tokens(self, seqs: list[Sequence], vocab: int) -> torch.Tensor:
+        """[rows, vocab] bool of the tokens in each sequence. Each sequence keeps its row on the device
+        and it is extended by the tokens added since: all rows' new tokens go to the device in one
+        copy (a copy from the host waits for the stream's queued work, so one per row per step would
+        stall the step loop once per request)."""
+        rows, positions, new_tokens = [], [], []
+        for row, seq in enumerate(seqs):
+            seen, counted = seq.extra.get("seen_tokens", (None, 0))
+            rows.append(torch.zeros(vocab, dtype=torch.bool, device=self.device) if seen is None else seen)
+            new = seq.token_ids[counted:]
+            positions += [row] * len(new)
+            new_tokens += new
+        seen = torch.stack(rows)
+        if new_tokens:
+            index = torch.tensor([positions, new_tokens], dtype=torch.long).to(self.device)
+            seen[index[0], index[1]] = True
+        for row, seq in enumerate(seqs):
+            seq.extra["seen_tokens"] = (seen[row], seq.num_tokens)
         return seen
 
     def _suppress(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
