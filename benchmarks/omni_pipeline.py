@@ -20,7 +20,8 @@ logs each code2wav window's decode time and when it ran, which shows whether cod
 `--model 30b-shaped` (with `--family qwen3_omni`) serves `qwen3_omni_30b_a3b` the same way; transformers'
 copy runs first and is freed before Omnistage loads (both do not fit at once). `--prompt-tokens N` pads
 the user message to an N-token prompt. Every stage's max batch is the largest concurrency; failed
-requests are counted per concurrency.
+requests are counted per concurrency. `--py-spy-at N` records, during concurrency N's timed run, which
+threads hold the GIL and where (py-spy's raw stacks per thread, to $OUT or the working directory).
 """
 
 from __future__ import annotations
