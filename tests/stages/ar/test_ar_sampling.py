@@ -144,6 +144,36 @@ def test_repetition_penalty_equals_transformers(engine, tiny_llms, hf_models, he
     assert reference != plain.token_ids  # the penalty changed the greedy path
 
 
+def test_repetition_penalty_of_several_rows_in_one_batch_equals_transformers_for_each(engine, hf_models, helpers):
+    """Each penalized row's seen tokens are its own: the new tokens of all rows reach the device in
+    one copy and must land in their own rows."""
+    import torch
+
+    prompts = {"a": [5, 17, 5, 17, 5, 17, 9, 40], "b": [40, 9, 40, 9, 3, 3, 3, 12], "c": [7, 7, 21, 30]}
+    penalties = {"a": 1.8, "b": 1.3, "c": 2.5}
+    references = {}
+    with torch.no_grad():
+        for name, prompt in prompts.items():
+            generated = hf_models("qwen2").generate(
+                torch.tensor([prompt]),
+                max_new_tokens=16,
+                min_new_tokens=16,
+                do_sample=False,
+                repetition_penalty=penalties[name],
+            )
+            references[name] = generated[0, len(prompt) :].tolist()
+    requests = [
+        StageRequest(
+            request_id=name,
+            prompt_token_ids=prompt,
+            sampling=SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, repetition_penalty=penalties[name]),
+        )
+        for name, prompt in prompts.items()
+    ]
+    result = helpers.run_engine(engine, {0: requests})
+    assert {name: result[name].token_ids for name in prompts} == references
+
+
 def test_suppressed_tokens_are_never_sampled(engine, helpers):
     greedy = helpers.run_engine(engine, {0: [request("g", temperature=0.0, max_tokens=12, ignore_eos=True)]})["g"]
     banned = tuple(sorted(set(greedy.token_ids[:3])))
