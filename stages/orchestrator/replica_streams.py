@@ -5,8 +5,8 @@ their own stream, so one stage's host syncs do not wait for another's queued wor
 then compete for the GPU's SMs: a code2wav window batch launches thousands of large DiT blocks,
 a talker's decode step a few hundred small ones that every later frame of every request waits for.
 On a high-priority stream the GPU's block scheduler dispatches the decode step's blocks ahead of
-pending ones of the normal stream as SMs free up, so decode steps keep their pace while windows
-of audio are decoded beside them.
+pending ones of the normal stream as SMs free up. Whether that shortens a decode step depends on how
+much of the GPU the other stages keep busy (BENCHMARKS.md has what it measured).
 
 `OMNISTAGE_REPLICA_STREAMS=0`: every stage on the default stream; `OMNISTAGE_STREAM_PRIORITIES=0`:
 own streams, all of normal priority.
