@@ -90,18 +90,24 @@ def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dic
     from stages.diffusion_knobs import DiffusionKnobs
     from stages.protocol import RequestOptions, StageRequest
 
-    decode, decode_s, span_frames = engine.decoder.decode, [0.0], [0]
+    begin, decode_s, span_frames = engine.decoder.begin, [0.0], [0]
 
-    def timed_decode(windows):
+    def timed_begin(windows):
+        """The decode's pieces, each timed to the end of its work on the device."""
         span_frames[0] += sum(end - start for start, end in map(engine.decoder._span, windows))
-        began = time.perf_counter()
-        try:
-            return decode(windows)
-        finally:
-            synchronize(device)
-            decode_s[0] += time.perf_counter() - began
+        pieces = begin(windows)
+        while True:
+            began = time.perf_counter()
+            try:
+                piece = next(pieces)
+            except StopIteration:
+                return
+            finally:
+                synchronize(device)
+                decode_s[0] += time.perf_counter() - began
+            yield piece
 
-    engine.decoder.decode = timed_decode
+    engine.decoder.begin = timed_begin
     names = [f"r{index}" for index in range(len(codes))]
     fed, seqs = dict.fromkeys(names, 0), dict.fromkeys(names, 0)
     first, last, sent, late = {}, {}, dict.fromkeys(names, 0), dict.fromkeys(names, 0.0)
@@ -122,8 +128,8 @@ def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dic
                 (engine.add_chunk if fed[name] else engine.add_request)(request)
                 fed[name], seqs[name] = due, seqs[name] + 1
         outputs = engine.step()
-        if not outputs:
-            time.sleep(0.001)
+        if not outputs and not engine.last_step.batch:
+            time.sleep(0.001)  # waiting for frames
         for output in outputs:
             assert output.error is None, output.error
             at = time.perf_counter() - began
@@ -137,7 +143,7 @@ def serve(engine, codes: list[list[int]], talker_fps: float, device: str) -> dic
                 last[name] = at
         if len(last) == len(names):
             break
-    engine.decoder.decode = decode
+    engine.decoder.begin = begin
     elapsed = time.perf_counter() - began
     audio_s = sum(len(values) for values in codes) * SECONDS_PER_FRAME
     return {

@@ -367,7 +367,7 @@ class ReplicaHost:
                 if ended:
                     del self.running[output.request_id]
         self._outbox += outputs
-        self._idle_steps = 0 if outputs else self._idle_steps + 1
+        self._idle_steps = 0 if outputs or stats.batch else self._idle_steps + 1  # a step that ran a piece is work
 
     def _ended(self, output: StageOutput) -> bool:
         """Whether the request is done on this host once `output` is out."""

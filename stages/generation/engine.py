@@ -7,12 +7,13 @@ growing policy, larger windows (what it has, once its audio buffered ahead of pl
 or the rest once its input is complete (a backlog larger than the next window drains window by
 window, each decode bounded). A request whose frames all arrived before its first chunk is decoded as
 one whole sequence (that is the async-chunk-off path, and it equals the model's own
-whole-sequence decoding exactly). Each step decodes every due window, windows of the same shape
-(the decoder's `batch_key`, by default the same start, end and finality) in one forward of up to
-`max_batch` windows (`WindowDecoder.decode`), the batch of the request whose audio runs out first
-first; each chunk's audio is the window's samples for the chunk's frames, the
-left context and look-ahead cut off. A failing batch is retried request by request, so one bad
-request fails alone.
+whole-sequence decoding exactly). Due windows of one shape (the decoder's `batch_key`, by default the
+same start, end and finality) start decoding together, up to `max_batch` in a batch, and each step
+advances one batch in flight by one piece of its decode (a decoder with `begin` decodes in pieces,
+one step of its ODE each; others in one): the batch with the earliest deadline (`most_urgent`), so
+a newcomer's first window goes ahead of steady windows even half-way through their decode. Each
+chunk's audio is the window's samples for the chunk's frames, the left context and look-ahead cut
+off. A failing batch is started again request by request, so one bad request fails alone.
 
 Audio leaves as `payloads["audio"]` (float32, mono) with `params["sample_rate"]`.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,6 +71,25 @@ class CodeStream:
         return self.started
 
 
+@dataclass
+class DecodingBatch:
+    """Windows of one shape decoding together: the earliest of their deadlines, the decoder's pieces
+    still to run (None until the first piece runs: till then due windows of the shape join it)."""
+
+    windows: list[Window]
+    key: Any
+    deadline: float
+    queued: float
+    pieces: Iterator[list[np.ndarray] | None] | None = None
+
+
+def most_urgent(batches: list[DecodingBatch]) -> DecodingBatch:
+    """The batch whose next piece runs: earliest deadline first, preemptively. A newcomer's first
+    window (its deadline is its arrival) goes ahead of steady windows of requests with audio still
+    buffered, even while their batch is half-way through its decode; among equals, the oldest batch."""
+    return min(batches, key=lambda batch: (batch.deadline, batch.queued))
+
+
 class WindowDecoder(Protocol):
     sample_rate: int
     seconds_per_frame: float
@@ -83,6 +104,9 @@ class WindowDecoder(Protocol):
 
     def decode(self, windows: list[Window]) -> list[np.ndarray]:
         """Audio samples for each window's frames [start, end) (to the end when final)."""
+
+    # Optional: `begin(windows)`: the same decode in pieces, an iterator yielding None after each
+    # piece and the audio after the last (the engine interleaves the pieces of several batches).
 
     # Optional: `batch_key(window) -> hashable`: windows with equal keys may share one `decode` call
     # (default: the same start, end and finality).
@@ -112,6 +136,8 @@ class GenerationEngine(StageEngine):
         )
         self.clock = clock
         self.streams: dict[str, CodeStream] = {}
+        self.batches: list[DecodingBatch] = []
+        self.batch_key = getattr(decoder, "batch_key", _frames_span)
 
     def warm_up(self) -> None:
         """Let the decoder prepare the window shapes this engine's policy makes (CUDA graphs)."""
@@ -139,39 +165,71 @@ class GenerationEngine(StageEngine):
         stream.input_done = stream.input_done or request.finished
 
     def step(self) -> list[StageOutput]:
-        """Decode every due window, windows of one shape in one batch, the batch of the request whose
-        audio runs out first first."""
+        """Queue each due window in a batch of its shape (the decoder's `batch_key`) that has not begun,
+        then advance the most urgent batch by one piece (`most_urgent`); its outputs once it is done."""
         now = self.clock()
-        due = []
+        decoding = {window.stream.request_id for batch in self.batches for window in batch.windows}
         for stream in earliest_deadline_first(self.policy, list(self.streams.values())):
-            span = self.policy.next_window(stream, now)
+            span = None if stream.request_id in decoding else self.policy.next_window(stream, now)
             if span is not None:
-                due.append(Window(stream, *span))
-        outputs = []
-        for batch in _batches(due, getattr(self.decoder, "batch_key", _frames_span), self.max_batch):
-            outputs.extend(self._decode_group(batch))
-        self.last_step = StepStats(batch=len(due), units=sum(window.end - window.start for window in due))
+                self._queue(Window(stream, *span))
+        if not self.batches:
+            self.last_step = StepStats()
+            return []
+        batch = most_urgent(self.batches)
+        outputs = self._advance(batch)
+        done = sum(window.end - window.start for window in batch.windows) if outputs else 0
+        self.last_step = StepStats(batch=len(batch.windows), units=done)
         return outputs
 
-    def _decode_group(self, group: list[Window]) -> list[StageOutput]:
-        began = time.perf_counter()
+    def _queue(self, window: Window) -> None:
+        key = self.batch_key(window)
+        deadline = self.policy.deadline(window.stream)
+        for batch in self.batches:
+            if batch.pieces is None and batch.key == key and len(batch.windows) < self.max_batch:
+                batch.windows.append(window)
+                batch.deadline = min(batch.deadline, deadline)
+                return
+        self.batches.append(DecodingBatch([window], key, deadline, queued=time.perf_counter()))
+
+    def _begin(self, windows: list[Window]) -> Iterator[list[np.ndarray] | None]:
+        begin = getattr(self.decoder, "begin", None)
+        return begin(windows) if begin is not None else _in_one_piece(self.decoder, windows)
+
+    def _advance(self, batch: DecodingBatch) -> list[StageOutput]:
+        """One piece of `batch`; its windows' outputs once it yields their audio. A failing batch of
+        several windows is started again window by window, so one bad request fails alone."""
+        if batch.pieces is None:
+            batch.pieces = self._begin(batch.windows)
         try:
-            audios = self.decoder.decode(group)
+            audios = next(batch.pieces)
         except Exception:
-            if len(group) == 1:
-                return [self._fail(group[0].stream, *_describe())]
-            return [output for window in group for output in self._decode_group([window])]
-        first = group[0]
+            self.batches.remove(batch)
+            if len(batch.windows) == 1:
+                return [self._fail(batch.windows[0].stream, *_describe())]
+            for window in batch.windows:  # begun at once: alone, they take in no other window
+                alone = DecodingBatch([window], batch.key, self.policy.deadline(window.stream), batch.queued)
+                alone.pieces = self._begin([window])
+                self.batches.append(alone)
+            return []
+        if audios is None:
+            return []
+        self.batches.remove(batch)
+        first = batch.windows[0]
         logger.debug(
             "decoded frames [%d, %d) of %d request(s) in %.3f s, %.3f s into the request; %d frames in",
             first.start,
             first.end,
-            len(group),
-            time.perf_counter() - began,
+            len(batch.windows),
+            time.perf_counter() - batch.queued,
             self.clock() - first.stream.started,
             len(first.stream.frames),
         )
-        return [self._emit(window, audio) for window, audio in zip(group, audios, strict=False)]
+        return [
+            self._emit(window, audio)
+            for window, audio in zip(batch.windows, audios, strict=False)
+            if self.streams.get(window.stream.request_id) is window.stream  # not aborted meanwhile
+        ]
 
     def _emit(self, window: Window, audio: np.ndarray) -> StageOutput:
         stream = window.stream
@@ -208,6 +266,9 @@ class GenerationEngine(StageEngine):
 
     def abort(self, request_id: str) -> None:
         self.streams.pop(request_id, None)
+        self.batches = [
+            batch for batch in self.batches if any(w.stream.request_id in self.streams for w in batch.windows)
+        ]
 
     def has_unfinished(self) -> bool:
         return bool(self.streams)
@@ -217,16 +278,12 @@ class GenerationEngine(StageEngine):
         return Capacity(kind="slots", used=len(self.streams), total=self.max_batch)
 
 
+def _in_one_piece(decoder: WindowDecoder, windows: list[Window]) -> Iterator[list[np.ndarray]]:
+    yield decoder.decode(windows)
+
+
 def _frames_span(window: Window) -> tuple[int, int, bool]:
     return window.start, window.end, window.final
-
-
-def _batches(windows: list[Window], key, max_batch: int) -> list[list[Window]]:
-    """Windows of equal keys together, at most `max_batch` each, in the order of their first window."""
-    groups: dict[Any, list[Window]] = {}
-    for window in windows:
-        groups.setdefault(key(window), []).append(window)
-    return [group[i : i + max_batch] for group in groups.values() for i in range(0, len(group), max_batch)]
 
 
 def _describe() -> tuple[str, str | None]:

@@ -38,6 +38,12 @@ BigVGAN stays eager (it ends on the CPU) and runs once per batch of windows: its
 and anti-aliased activations treat the rows independently, and one batched pass launches the
 kernels (and syncs with the host) once instead of once per window.
 
+Pieces: `begin` decodes a batch one RK4 step (four evaluations) per piece, then BigVGAN, so the
+engine can run a more urgent batch's pieces between them (stages/generation/engine.py). A piece
+copies its window's tensors into the graph's static buffers before its replays (another batch of
+the same shape may have replayed that graph in between), and on CUDA returns once the piece queued
+before it has run (`PiecePacer`), so the device runs next what the engine chose next.
+
 Precision: float32 by default, as transformers runs it (the family's builder, on CUDA, turns on
 `dit_autocast` and `compile_blocks` unless their options say otherwise). `dit_autocast` / `vocoder_autocast`
 ("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the weights
@@ -51,6 +57,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +123,7 @@ class Token2WavDecoder:
         self.graphs = (
             EvaluationGraphs(self._ode_function, max_graphs, max_batch) if cuda_graphs and _is_cuda(device) else None
         )
+        self.pacer = PiecePacer(_is_cuda(device))
 
     @property
     def align(self) -> int:
@@ -184,25 +192,35 @@ class Token2WavDecoder:
         return codes
 
     def decode(self, windows: list[Window]) -> list[np.ndarray]:
+        """Audio samples for each window: all of `begin`'s pieces at once."""
+        for audio in self.begin(windows):
+            if audio is not None:
+                return audio
+        raise AssertionError("a window decode ended without audio")
+
+    def begin(self, windows: list[Window]) -> Iterator[list[np.ndarray] | None]:
+        """The decode of a batch of windows in pieces: each `next()` runs one RK4 step of the ODE (four
+        DiT evaluations) and yields None; the last runs BigVGAN and yields each window's audio. The
+        engine interleaves the pieces of several batches, so a newcomer's first window does not wait
+        for a whole batch of steady windows. On CUDA a piece returns once the piece before it (of
+        any batch) has run: the device's queue stays about one piece deep, and what the engine runs
+        next is what the device runs next."""
         import torch
 
         spans = [self._span(window) for window in windows]
-        codes = torch.tensor(
-            [window.stream.frames[a:b] for window, (a, b) in zip(windows, spans, strict=False)], device=self.device
-        )
-        cond = torch.cat([window.stream.conditioning["cond"] for window in windows])
-        ref_mel = torch.cat([window.stream.conditioning["ref_mel"] for window in windows])
-        noise = torch.cat(
-            [
-                w.stream.conditioning["noise"][:, self.repeats * a : self.repeats * b]
-                for w, (a, b) in zip(windows, spans, strict=False)
-            ]
-        )
-        with torch.no_grad():
-            with self._autocast(self.dit_autocast):
-                mel = self._mel(cond, ref_mel, codes, noise)  # the ODE's state keeps the weights' dtype
-            with self._autocast(self.vocoder_autocast):
-                wavs = self.bigvgan(mel).reshape(len(windows), -1).float().numpy()  # one batch, one copy to the host
+        with torch.no_grad(), self._autocast(self.dit_autocast):
+            ode = self._guarded(self._ode, windows, spans)
+        for time_start, time_end in ode.intervals:
+            with torch.no_grad(), self._autocast(self.dit_autocast):
+                ode.value = ode.value + self._guarded(self._ode_step, ode, time_start, time_end)
+            self.pacer.piece_queued()
+            yield None
+        with torch.no_grad(), self._autocast(self.vocoder_autocast):
+            mel = ode.value.permute(0, 2, 1)  # the ODE's state keeps the weights' dtype
+            wavs = self.bigvgan(mel).reshape(len(windows), -1).float().numpy()  # one batch, one copy to the host
+        yield self._audio(windows, spans, wavs)
+
+    def _audio(self, windows: list[Window], spans: list[tuple[int, int]], wavs: np.ndarray) -> list[np.ndarray]:
         per_code = self.repeats * MEL_SAMPLES
         results = []
         for window, (a, _), samples in zip(windows, spans, wavs, strict=False):
@@ -211,11 +229,11 @@ class Token2WavDecoder:
             results.append(samples[begin:end])
         return results
 
-    def _mel(self, cond, ref_mel, codes, noise):
-        """The ODE's solution; if the compiled DiT blocks fail (a compilation error), the decoder
-        drops them, logs why, and decodes this window and every later one uncompiled."""
+    def _guarded(self, compute, *args):
+        """`compute(*args)`; if the compiled DiT blocks fail in it (a compilation error), the decoder drops
+        them, logs why, and computes it again, and every later piece, uncompiled."""
         try:
-            return self._sample(cond, ref_mel, codes, noise)
+            return compute(*args)
         except Exception:
             if not self.compiled_blocks:
                 raise
@@ -224,7 +242,7 @@ class Token2WavDecoder:
             self.compiled_blocks = False
             if self.graphs is not None:
                 self.graphs.retry_uncapturable()  # their capture may have failed on the compiled blocks
-            return self._sample(cond, ref_mel, codes, noise)
+            return compute(*args)
 
     def _autocast(self, dtype):
         """Mixed precision for one part: its matmuls and convolutions in `dtype`, the weights, norms and
@@ -250,25 +268,40 @@ class Token2WavDecoder:
         encoder_input = ref_mel if self.guidance_scale < 1e-5 else torch.cat([ref_mel, torch.zeros_like(ref_mel)])
         return self.dit.input_embed.spk_encoder(encoder_input)
 
-    def _sample(self, cond, ref_mel, codes, initial_state):
-        """`Qwen2_5OmniToken2WavDiTModel.sample` with the initial noise given: RK4 over the time points."""
+    def _ode(self, windows: list[Window], spans: list[tuple[int, int]]) -> _OdeState:
+        """`Qwen2_5OmniToken2WavDiTModel.sample`'s set-up with the initial noise given: the window's
+        tensors, the speaker features, the time points of RK4."""
         import torch
-        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
 
+        codes = torch.tensor(
+            [window.stream.frames[a:b] for window, (a, b) in zip(windows, spans, strict=False)], device=self.device
+        )
+        cond = torch.cat([window.stream.conditioning["cond"] for window in windows])
+        ref_mel = torch.cat([window.stream.conditioning["ref_mel"] for window in windows])
+        noise = torch.cat(
+            [
+                w.stream.conditioning["noise"][:, self.repeats * a : self.repeats * b]
+                for w, (a, b) in zip(windows, spans, strict=False)
+            ]
+        )
         conditioning = cond.unsqueeze(1).repeat(1, codes.shape[1] * self.repeats, 1)
-        window = (conditioning, ref_mel, codes, self._speaker_features(ref_mel))
-        function = self.graphs.function(window, initial_state) if self.graphs else self._ode_function(*window)
         times = torch.linspace(0, 1, self.num_steps, device=codes.device, dtype=conditioning.dtype)
         if self.sway is not None:
             times += self.sway * (torch.cos(torch.pi / 2 * times) - 1 + times)
-        solver = RungeKutta4ODESolver(function=function, initial_value=initial_state)
-        value = initial_state
-        for time_start, time_end in zip(times[:-1], times[1:], strict=True):
-            # `integrate()` without its interpolation (the time points rise strictly, so each step ends
-            # on the next one) and so without its host syncs; the last value is its last solution.
-            delta, _ = solver._compute_step(function, time_start, time_end - time_start, time_end, value)
-            value = value + delta
-        return value.permute(0, 2, 1)
+        window = (conditioning, ref_mel, codes, self._speaker_features(ref_mel))
+        return _OdeState(window, noise, list(zip(times[:-1], times[1:], strict=True)))
+
+    def _ode_step(self, ode: _OdeState, time_start, time_end):
+        """One RK4 step's delta: `integrate()`'s step without its interpolation (the time points rise
+        strictly, so each step ends on the next one) and so without its host syncs. The window's
+        tensors go into the graph's static buffers at every step: another batch of the same shape may
+        have replayed that graph in between."""
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
+
+        function = self.graphs.function(ode.window, ode.value) if self.graphs else self._ode_function(*ode.window)
+        solver = RungeKutta4ODESolver(function=function, initial_value=ode.value)
+        delta, _ = solver._compute_step(function, time_start, time_end - time_start, time_end, ode.value)
+        return delta
 
     def _ode_function(self, conditioning, ref_mel, codes, speaker):
         """The ODE's right-hand side for one window: the DiT (with classifier-free guidance)."""
@@ -301,6 +334,36 @@ class Token2WavDecoder:
             return guided + (guided - null) * guidance
 
         return evaluate
+
+
+@dataclass
+class _OdeState:
+    """One batch's ODE in progress: its window tensors, its state, the RK4 intervals still to step."""
+
+    window: tuple
+    value: Any
+    intervals: list
+
+
+class PiecePacer:
+    """Keeps a device's queue of decode pieces about one piece deep: after a piece is queued, the host
+    waits for the piece queued before it. Without it the host queues a whole batch's ODE ahead of the
+    device, and a piece of a more urgent batch queued next would still wait behind all of it."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.previous = None
+
+    def piece_queued(self) -> None:
+        if not self.cuda:
+            return
+        import torch
+
+        event = torch.cuda.Event()
+        event.record()
+        if self.previous is not None:
+            self.previous.synchronize()  # releases the GIL while it waits
+        self.previous = event
 
 
 class EvaluationGraphs:

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from stages.engine import StageEngine
+from stages.engine_stats import clear_step_stats, step_stats
 from stages.errors import StageFailure
 from stages.orchestrator.actions import SendAbort, SendToReplica
 from stages.protocol import StageError, StageOutput
@@ -93,12 +94,13 @@ class ReplicaThread:
                 return
             if not self.engine.has_unfinished():
                 continue
+            clear_step_stats(self.engine)
             outputs = self._step()
             if outputs:
                 if self.stream is not None:
                     self.stream.synchronize()  # the outputs' tensors are complete before another stream reads them
                 self.deliver(self.replica_id, outputs)
-            elif not self._take_messages(block=True, timeout=0.002):
+            elif not step_stats(self.engine, outputs).batch and not self._take_messages(block=True, timeout=0.002):
                 return  # requests wait for input chunks: block briefly instead of spinning
 
     def _take_messages(self, *, block: bool, timeout: float | None = None) -> bool:
