@@ -6,14 +6,17 @@
         --warmups 2 --code2wav-autocast dit --chunk 96 --compile --code2wav-compile   # the GPU recipe
     python benchmarks/omni_pipeline.py --device cuda --family qwen3_omni --model 30b-shaped --prompt-tokens 100 \
         --text 100 --codes 300 --concurrency 1 8 16 32   # Qwen3-Omni-30B-A3B's bars
+    python benchmarks/omni_pipeline.py --device cuda --model 7b-shaped --text 128 --codes 512 --talker-sampling
 
 Prints, for transformers (sequential) and Omnistage at concurrency 1, 4 and 8: requests/s, TTFT, TTFP,
 E2EL and RTF (wall seconds per second of audio), the mean per-stage durations, plus the throughput ratio
 against transformers. Both sides decode greedily with fixed lengths (min = max tokens) so the work is the
-same. `--model 7b-shaped` serves the real-shape directory `qwen2_5_omni_7b` (`python -m stages.tiny
---real-shapes`: Qwen2.5-Omni-7B's published configs, no weights) with `load_format: dummy`: every stage,
-and transformers' model, builds on the GPU with seeded random bf16 weights, no shards written (needs a
-GPU); token2wav runs in `--code2wav-dtype` (float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
+same; `--talker-sampling` makes both talkers sample as the platform's does for an API request (the
+family's talker defaults: top_k, top_p, temperature, repetition penalty), still at fixed lengths; the
+config line printed first says which. `--model 7b-shaped` serves the real-shape directory
+`qwen2_5_omni_7b` (`python -m stages.tiny --real-shapes`: Qwen2.5-Omni-7B's published configs, no
+weights) with `load_format: dummy`: every stage, and transformers' model, builds on the GPU with seeded
+random bf16 weights, no shards written (needs a GPU); token2wav runs in `--code2wav-dtype` (float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
 (transformers stays in float32), and new token2wav graph captures are logged. `--compile` and
 `--code2wav-compile` turn on `options.compile` (AR stages) and `token2wav_compile`; `--log-windows`
 logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
@@ -91,7 +94,7 @@ def transformers_run(args, model_dir: Path, messages: list[dict], n_text: int, n
             thinker_do_sample=False,
             talker_max_new_tokens=codes,
             talker_min_new_tokens=codes,
-            talker_do_sample=False,
+            talker_do_sample=args.talker_sampling,  # transformers' talker defaults are the platform's
             return_audio=True,
             **kwargs,
         )
@@ -150,13 +153,12 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
     return {"stages": {**stages, "code2wav": code2wav}}
 
 
-async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None, messages: list[dict]) -> None:
+async def omnistage_run(args, omni, base: dict | None, messages: list[dict]) -> None:
     """One pipeline (engines loaded once, warmed up once), then each concurrency level in turn."""
-    from stages.omni import AsyncOmni
-
-    n_text, n_codes = args.text, args.codes
+    n_text = args.text
+    talker = talker_sampling(args, omni)
     began = time.perf_counter()
-    async with AsyncOmni(model_dir, deploy=deploy, load_format=load_format(args)) as omni:
+    async with omni:
         print(f"omnistage: stages built in {time.perf_counter() - began:.1f} s", flush=True)
 
         async def one(index: int) -> dict:
@@ -166,7 +168,7 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None, 
                     messages,
                     {"temperature": 0, "max_tokens": n_text, "min_tokens": n_text},
                     request_id=f"bench-{index}-{time.monotonic_ns()}",
-                    stage_sampling={"talker": {"temperature": 0, "max_tokens": n_codes, "min_tokens": n_codes}},
+                    stage_sampling={"talker": talker},
                 )
             except Exception as error:  # counted, not fatal: the bars ask for the failures
                 logging.getLogger("benchmark").warning("request %s failed: %s", index, error)
@@ -189,6 +191,40 @@ async def omnistage_run(args, model_dir: Path, deploy: dict, base: dict | None, 
             ours = summary(f"omnistage concurrency {concurrency}", results, time.perf_counter() - start)
             if base:
                 print(f"{'':28s} throughput vs transformers: {ours['rps'] / base['rps']:.2f}x", flush=True)
+
+
+def talker_sampling(args, omni):
+    """The talker's sampling for every request, at `--codes` codes (min = max tokens): greedy, or with
+    `--talker-sampling` what the platform gives an API request that sets none for the talker, merged
+    from the same layers (the pipeline's talker defaults under the deployment's override, as
+    control_plane/openai_compat/sampling.py does); the repetition penalty, unset, is the talker
+    engine's own either way."""
+    from stages.sampling_merge import merge_sampling
+
+    length = {"max_tokens": args.codes, "min_tokens": args.codes}
+    if not args.talker_sampling:
+        return merge_sampling(request={"temperature": 0, **length})
+    stage = omni.pipeline.stage_named("talker")
+    return merge_sampling(stage.default_sampling, omni.deploy.sampling_override(stage), length)
+
+
+def talker_description(args, omni) -> str:
+    """How the talker decodes, for the config line: greedy, or sampling with its parameters."""
+    import importlib
+
+    sampling = talker_sampling(args, omni)
+    engine = importlib.import_module(TALKER_ENGINES[args.family]).TalkerEngine
+    penalty = sampling.repetition_penalty or engine.repetition_penalty
+    if not args.talker_sampling:
+        return f"talker greedy (repetition_penalty {penalty:g})"
+    return (
+        f"talker sampling as the platform's defaults (temperature {sampling.temperature:g}, top_k {sampling.top_k},"
+        f" top_p {sampling.top_p:g}, repetition_penalty {penalty:g}, no seed)"
+    )
+
+
+TALKER_ENGINES = {"qwen2_5_omni": "stages.models.qwen2_5_talker", "qwen3_omni": "stages.models.qwen3_talker"}
+"""--family -> the module of its talker engine (whose `repetition_penalty` applies when a request sets none)."""
 
 
 def sample_own_threads(py_spy: str, seconds: float) -> None:
@@ -290,6 +326,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--prompt-tokens", type=int, default=0, help="pad the user message to this many tokens")
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
+    parser.add_argument(
+        "--talker-sampling",
+        action="store_true",
+        help="the talker samples with the platform's defaults for an API request (default: greedy)",
+    )
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary for --py-spy-at")
     parser.add_argument("--py-spy-at", type=int, help="sample the GIL's holders during this concurrency's timed run")
     parser.add_argument("--py-spy-seconds", type=float, default=8.0)
@@ -305,12 +346,20 @@ def main() -> None:
         logging.getLogger("stages.ar").setLevel(logging.INFO)  # compile progress per graph batch size
     import torch
 
+    from stages.omni import AsyncOmni
+
     torch.set_num_threads(args.threads)
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)
         model_dir = model_dir_for(args, root)
         messages = prompt_messages(model_dir, args.family, args.prompt_tokens)
+        omni = AsyncOmni(model_dir, deploy=deploy, load_format=load_format(args))  # its engines start in the run
+        print(
+            f"config: {args.family} {args.model} on {args.device}, {args.text} text tokens, {args.codes} codes,"
+            f" thinker greedy, {talker_description(args, omni)}",
+            flush=True,
+        )
         base = None
         if not args.skip_hf:
             began = time.perf_counter()
@@ -321,7 +370,7 @@ def main() -> None:
                 print(f"GPU memory after freeing transformers: {torch.cuda.memory_allocated() / 2**30:.1f} GiB")
             base = summary("transformers (sequential)", hf, sum(r["e2el_s"] for r in hf))
             print(f"{'':28s} (built, warmed and run in {time.perf_counter() - began:.0f} s)", flush=True)
-        asyncio.run(omnistage_run(args, model_dir, deploy, base, messages))
+        asyncio.run(omnistage_run(args, omni, base, messages))
 
 
 if __name__ == "__main__":

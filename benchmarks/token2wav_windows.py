@@ -14,6 +14,13 @@ seconds of compute per second of audio, and the audio's relative L2 difference f
 (`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
 between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
 DiT's blocks through torch.compile; the first window's "first" then includes the compilation).
+`--profile` then profiles one replayed decode of the first run's first window at the largest batch
+(torch.profiler: CUDA kernels on a GPU, CPU ops otherwise): the top kernels by self device time, the
+device time by category (GEMM, attention, convolution, other), the decode's wall time and the share of
+it the device was busy; with $OUT set, its chrome trace goes to $OUT/token2wav_profile.json (gzipped,
+`.json.gz`, when over 8 MiB).
+
+    python benchmarks/token2wav_windows.py --device cuda --modes dit-bf16 --batches 1 8 --profile
 """
 
 from __future__ import annotations
@@ -43,6 +50,16 @@ MODES = {
     "bfloat16": ("bfloat16", None, None),
 }
 SECONDS_PER_FRAME = 0.02
+CATEGORIES = (
+    ("convolution", ("conv", "cudnn", "fprop", "dgrad", "implicit_gemm")),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "softmax")),
+    ("GEMM", ("gemm", "matmul", "cutlass", "sm90", "nvjet", "addmm", "mm")),
+)
+"""Device-time categories by substrings of the lower-cased kernel (or CPU op) name, first match wins:
+cuDNN's convolution kernels are implicit GEMMs and fused attention kernels are CUTLASS ones, so those
+two are tried before GEMM; everything else (elementwise, norms, copies) is "other"."""
+PROFILE_TOP = 15
+TRACE_MAX_BYTES = 8 * 2**20
 
 
 def build_decoder(device: str, mode: str, compile_blocks: bool = False):
@@ -104,6 +121,74 @@ def relative_l2(audio: list[np.ndarray], reference: list[np.ndarray]) -> float:
     return (error / sum(float(np.sum(r**2)) for r in reference)) ** 0.5
 
 
+def profile_decode(what: str, decoder, windows: list, device: str) -> None:
+    """Profile one decode of `windows` (a shape already decoded, so CUDA graphs replay) and print its
+    top kernels, device time by category, wall time and device-busy fraction."""
+    import os
+
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    decoder.decode(windows)  # the shape warm whatever the graphs' cache evicted since
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as profiler:
+        wall, _ = timed(lambda: decoder.decode(windows), device)
+    kernels = device_times(profiler, cuda)
+    busy = sum(total for _, _, total in kernels)
+    if not busy:
+        print(f"profile: {what}: wall {wall * 1e3:.1f} ms, the profiler recorded no device time", flush=True)
+        return
+    print(
+        f"profile: {what}: wall {wall * 1e3:.1f} ms,"
+        f" {'kernels' if cuda else 'CPU ops'} {busy * 1e3:.1f} ms (device busy {busy / wall:.0%}),"
+        f" {sum(calls for _, calls, _ in kernels)} {'kernels run' if cuda else 'op calls'}",
+        flush=True,
+    )
+    print(f"  {'self ms':>9s} {'calls':>6s} {'% dev':>6s}  {'kernel' if cuda else 'op'}")
+    for name, calls, total in kernels[:PROFILE_TOP]:
+        print(f"  {total * 1e3:9.2f} {calls:6d} {total / busy:6.1%}  {name[:60]}")
+    by_category = {category: 0.0 for category, _ in CATEGORIES} | {"other": 0.0}
+    for name, _, total in kernels:
+        by_category[category_of(name)] += total
+    print("  by category: " + "  ".join(f"{c} {t * 1e3:.1f} ms ({t / busy:.0%})" for c, t in by_category.items()))
+    if os.environ.get("OUT"):
+        trace = write_trace(profiler, Path(os.environ["OUT"]) / "token2wav_profile.json")
+        print(f"  chrome trace: {trace} ({trace.stat().st_size / 1e6:.1f} MB)", flush=True)
+
+
+def write_trace(profiler, trace: Path) -> Path:
+    """The profile's chrome trace at `trace`, gzipped beside it instead (`.json.gz`, which Perfetto
+    opens) when over TRACE_MAX_BYTES: one decode is tens of thousands of kernels or CPU ops."""
+    import gzip
+    import shutil
+
+    profiler.export_chrome_trace(str(trace))
+    if trace.stat().st_size <= TRACE_MAX_BYTES:
+        return trace
+    packed = trace.with_name(trace.name + ".gz")
+    with trace.open("rb") as source, gzip.open(packed, "wb", compresslevel=6) as target:
+        shutil.copyfileobj(source, target)
+    trace.unlink()
+    return packed
+
+
+def device_times(profiler, cuda: bool) -> list[tuple[str, int, float]]:
+    """(name, calls, self seconds) of every kernel (on CUDA; CPU ops otherwise), longest first."""
+    from torch.autograd import DeviceType
+
+    kind = DeviceType.CUDA if cuda else DeviceType.CPU
+    rows = [
+        (event.key, event.count, (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1e6)
+        for event in profiler.key_averages()
+        if event.device_type == kind
+    ]
+    return sorted((row for row in rows if row[2] > 0), key=lambda row: -row[2])
+
+
+def category_of(name: str) -> str:
+    lowered = name.lower()
+    return next((category for category, parts in CATEGORIES if any(p in lowered for p in parts)), "other")
+
+
 def main() -> None:
     from stages.diffusion_knobs import DiffusionKnobs
     from stages.generation.engine import CodeStream, Window
@@ -117,10 +202,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--eager", action="store_true", help="also time the uncaptured decode")
     parser.add_argument("--compile", action="store_true", help="each mode also with its DiT blocks compiled")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed runs, profile one decode of the first run's first window at the largest batch",
+    )
     args = parser.parse_args()
     frames = np.random.default_rng(0).integers(0, 8000, 700).tolist()
     reference: dict[tuple, list[np.ndarray]] = {}
     runs = [(mode, compiled) for mode in args.modes for compiled in ((False, True) if args.compile else (False,))]
+    profiled = None  # (what, decoder, windows) for --profile: that decoder is kept, warm, past its run
     for mode, compiled in runs:
         decoder = build_decoder(args.device, mode, compiled)
         label = f"{mode}+compile" if compiled else mode
@@ -159,9 +250,13 @@ def main() -> None:
                     decoder.graphs = graphs
                     line += f"  eager {eager * 1e3:7.1f} ms ({eager / replay:4.2f}x, rel-L2 {relative_l2(audio, eager_audio):.1e})"
                 print(line, flush=True)
+                if args.profile and profiled is None and batch == max(args.batches) and name == args.windows[0]:
+                    profiled = (f"{label} batch {batch} {name}", decoder, windows)
         decoder = graphs = None
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
+    if profiled is not None:
+        profile_decode(*profiled, args.device)
 
 
 if __name__ == "__main__":
