@@ -147,6 +147,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
             "token2wav_dit_autocast": "bfloat16" if args.code2wav_autocast in ("dit", "all") else None,
             "token2wav_vocoder_autocast": "bfloat16" if args.code2wav_autocast == "all" else None,
             "token2wav_compile": args.code2wav_compile,
+            **({"window_max": args.window_max} if args.window_max else {}),
         },
     }
     stages = {name: {**ar, "options": {"compile": name in args.compile}} for name in ("thinker", "talker")}
@@ -313,6 +314,7 @@ def main() -> None:
     )
     parser.add_argument("--first-chunk", type=int, default=5, help="codec frames of the first audio chunk")
     parser.add_argument("--chunk", type=int, default=25, help="codec frames of every later audio chunk")
+    parser.add_argument("--window-max", type=int, help="code2wav's options.window_max (default: the family's)")
     parser.add_argument(
         "--compile",
         nargs="*",
