@@ -14,7 +14,8 @@ seconds of compute per second of audio, and the audio's relative L2 difference f
 (`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
 between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
 DiT's blocks through torch.compile; the first window's "first" then includes the compilation).
-`--profile` then profiles one replayed decode of the first run's first window at the largest batch
+`--profile` then profiles one replayed decode of the last run's first window at the largest batch
+(with `--compile`, the compiled run)
 (torch.profiler: CUDA kernels on a GPU, CPU ops otherwise): the top kernels by self device time, the
 device time by category (GEMM, attention, convolution, other), the decode's wall time and the share of
 it the device was busy; with $OUT set, its chrome trace goes to $OUT/token2wav_profile.json (gzipped,
@@ -250,7 +251,7 @@ def main() -> None:
                     decoder.graphs = graphs
                     line += f"  eager {eager * 1e3:7.1f} ms ({eager / replay:4.2f}x, rel-L2 {relative_l2(audio, eager_audio):.1e})"
                 print(line, flush=True)
-                if args.profile and profiled is None and batch == max(args.batches) and name == args.windows[0]:
+                if args.profile and batch == max(args.batches) and name == args.windows[0]:
                     profiled = (f"{label} batch {batch} {name}", decoder, windows)
         decoder = graphs = None
         if args.device.startswith("cuda"):
