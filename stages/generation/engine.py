@@ -265,7 +265,12 @@ class GenerationEngine(StageEngine):
         )
 
     def abort(self, request_id: str) -> None:
+        """The request's stream goes; its window leaves a batch that has not begun (one that has
+        finishes for the others, the aborted window's audio dropped)."""
         self.streams.pop(request_id, None)
+        for batch in self.batches:
+            if batch.pieces is None:
+                batch.windows = [window for window in batch.windows if window.stream.request_id != request_id]
         self.batches = [
             batch for batch in self.batches if any(w.stream.request_id in self.streams for w in batch.windows)
         ]

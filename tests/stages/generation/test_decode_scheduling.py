@@ -129,3 +129,20 @@ def test_steps_that_run_a_piece_count_as_work():
         outputs = engine.step()
         worked.append((engine.last_step.batch, bool(outputs)))
     assert worked == [(1, False)] * (PIECES - 1) + [(1, True), (0, False)]
+
+
+def test_an_aborted_request_leaves_its_batch_and_the_others_still_get_their_audio():
+    decoder, clock = PiecedDecoder(), Clock()
+    engine = _engine(decoder, clock)
+    for name in ("a", "b"):
+        engine.add_request(_request(name, [1, 2]))
+    engine.step()
+    engine.abort("a")  # half-way through the batch's decode
+    clock.now = 0.001
+    engine.add_request(_request("c", [1, 2, 3], finished=True))
+    engine.add_request(_request("d", [1, 2, 3], finished=True))
+    engine.abort("c")  # before its batch began
+    outputs = _steps(engine, 2 * PIECES)
+    assert [output.request_id for output in outputs] == ["b", "d"]
+    assert decoder.log == [("a", "b")] * PIECES + [("d",)] * PIECES
+    assert list(engine.streams) == ["b"] and not engine.batches  # b waits for more frames
