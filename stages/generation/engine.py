@@ -205,9 +205,10 @@ class GenerationEngine(StageEngine):
             audios = next(batch.pieces)
         except Exception:
             self.batches.remove(batch)
-            if len(batch.windows) == 1:
-                return [self._fail(batch.windows[0].stream, *_describe())]
-            for window in batch.windows:  # begun at once: alone, they take in no other window
+            live = [window for window in batch.windows if self._live(window)]
+            if len(live) == 1 and len(batch.windows) == 1:
+                return [self._fail(live[0].stream, *_describe())]
+            for window in live:  # begun at once: alone, they take in no other window
                 alone = DecodingBatch([window], batch.key, self.policy.deadline(window.stream), batch.queued)
                 alone.pieces = self._begin([window])
                 self.batches.append(alone)
@@ -228,8 +229,12 @@ class GenerationEngine(StageEngine):
         return [
             self._emit(window, audio)
             for window, audio in zip(batch.windows, audios, strict=False)
-            if self.streams.get(window.stream.request_id) is window.stream  # not aborted meanwhile
+            if self._live(window)
         ]
+
+    def _live(self, window: Window) -> bool:
+        """Whether the window's request still runs here (not aborted while its batch decoded)."""
+        return self.streams.get(window.stream.request_id) is window.stream
 
     def _emit(self, window: Window, audio: np.ndarray) -> StageOutput:
         stream = window.stream

@@ -146,3 +146,16 @@ def test_an_aborted_request_leaves_its_batch_and_the_others_still_get_their_audi
     assert [output.request_id for output in outputs] == ["b", "d"]
     assert decoder.log == [("a", "b")] * PIECES + [("d",)] * PIECES
     assert list(engine.streams) == ["b"] and not engine.batches  # b waits for more frames
+
+
+def test_a_batch_that_fails_after_its_culprit_was_aborted_sends_nothing_for_it():
+    decoder, clock = PiecedDecoder(fail_with="bad"), Clock()
+    engine = _engine(decoder, clock)
+    engine.add_request(_request("bad", [1, 2], finished=True))
+    engine.add_request(_request("good", [3, 4], finished=True))
+    engine.step()
+    engine.abort("bad")
+    outputs = []
+    while engine.has_unfinished():
+        outputs += engine.step()
+    assert [(output.request_id, output.error) for output in outputs] == [("good", None)]
