@@ -206,12 +206,10 @@ class GenerationEngine(StageEngine):
         except Exception:
             self.batches.remove(batch)
             live = [window for window in batch.windows if self._live(window)]
-            if len(live) == 1 and len(batch.windows) == 1:
-                return [self._fail(live[0].stream, *_describe())]
-            for window in live:  # begun at once: alone, they take in no other window
-                alone = DecodingBatch([window], batch.key, self.policy.deadline(window.stream), batch.queued)
-                alone.pieces = self._begin([window])
-                self.batches.append(alone)
+            if len(batch.windows) == 1:
+                return [self._fail(window.stream, *_describe()) for window in live]
+            for window in live:
+                self._restart_alone(window, batch)
             return []
         if audios is None:
             return []
@@ -231,6 +229,12 @@ class GenerationEngine(StageEngine):
             for window, audio in zip(batch.windows, audios, strict=False)
             if self._live(window)
         ]
+
+    def _restart_alone(self, window: Window, failed: DecodingBatch) -> None:
+        """The window's decode again in a batch of its own, begun at once so that no window joins it."""
+        alone = DecodingBatch([window], failed.key, self.policy.deadline(window.stream), failed.queued)
+        alone.pieces = self._begin([window])
+        self.batches.append(alone)
 
     def _live(self, window: Window) -> bool:
         """Whether the window's request still runs here (not aborted while its batch decoded)."""

@@ -57,7 +57,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -289,7 +289,11 @@ class Token2WavDecoder:
         if self.sway is not None:
             times += self.sway * (torch.cos(torch.pi / 2 * times) - 1 + times)
         window = (conditioning, ref_mel, codes, self._speaker_features(ref_mel))
-        return _OdeState(window, noise, list(zip(times[:-1], times[1:], strict=True)))
+        if self.graphs is not None:
+            function = self.graphs.bind(window, noise)
+        else:
+            function = lambda state: self._ode_function(*window)  # noqa: E731
+        return _OdeState(function, noise, list(zip(times[:-1], times[1:], strict=True)))
 
     def _ode_step(self, ode: _OdeState, time_start, time_end):
         """One RK4 step's delta: `integrate()`'s step without its interpolation (the time points rise
@@ -298,7 +302,7 @@ class Token2WavDecoder:
         have replayed that graph in between."""
         from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import RungeKutta4ODESolver
 
-        function = self.graphs.function(ode.window, ode.value) if self.graphs else self._ode_function(*ode.window)
+        function = ode.function(ode.value)
         solver = RungeKutta4ODESolver(function=function, initial_value=ode.value)
         delta, _ = solver._compute_step(function, time_start, time_end - time_start, time_end, ode.value)
         return delta
@@ -338,9 +342,11 @@ class Token2WavDecoder:
 
 @dataclass
 class _OdeState:
-    """One batch's ODE in progress: its window tensors, its state, the RK4 intervals still to step."""
+    """One batch's ODE: `function(state)` gives the right-hand side to step `state` with (in the batch's
+    CUDA graph, loaded with its windows, where there is one), `value` the state, `intervals` the RK4
+    steps' (start, end) time points."""
 
-    window: tuple
+    function: Callable[[Any], Callable]
     value: Any
     intervals: list
 
@@ -371,9 +377,9 @@ class EvaluationGraphs:
 
     A batch of n windows runs in the graph of the smallest bucket >= n (`sizes`: 1, 2, 4, 8, then
     every 16 up to `max_batch`; larger batches run eagerly): the window's tensors (conditioning,
-    reference mel, codes, speaker features) are copied into the bucket's static buffers once per
-    decode, the padding rows holding the first window's, the state and time point once per
-    evaluation, and the first n rows of the output are the batch's. The RK4 arithmetic between
+    reference mel, codes, speaker features) are padded to the bucket once per decode (the padding
+    rows hold the first window's) and copied into its static buffers before each piece, the state
+    and time point once per evaluation, and the first n rows of the output are the batch's. The RK4 arithmetic between
     evaluations stays eager (a few hundred small kernels per window). A new shape costs one eager
     evaluation (on a side stream, as capture requires) and one captured. A shape that fails to
     capture runs eagerly from then on. With `capture=False` the same padded static-buffer
@@ -396,17 +402,25 @@ class EvaluationGraphs:
         """The padded batch a batch of `count` windows runs at (None: too large, eager)."""
         return next((size for size in self.sizes if size >= count), None)
 
-    def function(self, window: tuple, state):
-        """The ODE's function for this window: `f(time_step, state) -> derivative`."""
+    def bind(self, window: tuple, state) -> Callable[[Any], Callable]:
+        """For one batch's decode, made once: its window tensors padded to its bucket, and a callable
+        that, before each piece, takes the ODE's state, loads the batch into its graph's static buffers
+        and returns the ODE's function `f(time_step, state) -> derivative`."""
         count = state.shape[0]
         size = self.bucket(count)
         key = (size, *((tuple(t.shape[1:]), t.dtype) for t in (*window, state)))
-        if size is None or key in self.uncapturable:
-            return self.ode_function(*window)
+        if size is None:
+            return lambda state: self.ode_function(*window)
         padded = [_pad_window_rows(t, count, size) for t in window]
+        return lambda state: self._loaded(key, window, padded, state)
+
+    def _loaded(self, key: tuple, window: tuple, padded: list, state):
+        if key in self.uncapturable:
+            return self.ode_function(*window)
+        count = state.shape[0]
         captured = self.graphs.get(key)
         if captured is None:
-            captured = self._capture(key, padded, _pad_rows(state, size))
+            captured = self._capture(key, padded, _pad_rows(state, key[0]))
             if captured is None:
                 return self.ode_function(*window)
         self.graphs.move_to_end(key)

@@ -31,6 +31,7 @@ from replica_testing import (
 
 from stages import streams
 from stages.echo import EchoEngine
+from stages.engine_stats import StepStats
 from stages.protocol import ReplicaSpec, RequestOptions, SamplingParams, StageOutput, StageRequest
 from workers import replica_host
 from workers.replica_host import ReplicaHost
@@ -304,6 +305,52 @@ def test_a_step_error_no_request_can_be_blamed_for_fails_all_and_reports_error(c
     final = heartbeat(client, replica.id)
     assert final.state == "ERROR" and "step broke on anonymous" in final.error
     assert os.getpid() == final.pid
+
+
+class PiecedEchoEngine(EchoEngine):
+    """An echo engine that, like a decoder in pieces, runs `pieces` steps of work before each output:
+    those steps return nothing but report a batch (`last_step`)."""
+
+    def __init__(self, *args, pieces: int = 5, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pieces, self.ran = pieces, 0
+        self.last_step = StepStats()
+
+    def step(self) -> list[StageOutput]:
+        if self.ran < self.pieces:
+            self.ran += 1
+            self.last_step = StepStats(batch=len(self.requests))
+            return []
+        self.ran = 0
+        outputs = super().step()
+        self.last_step = StepStats(batch=len(outputs), units=len(outputs))
+        return outputs
+
+
+def test_steps_that_run_a_piece_without_output_do_not_make_the_host_wait_for_input(client, replica):
+    """Only a step that found nothing to compute backs the host off (it polls its input with a
+    growing wait); a piece of a decode is work, and the next piece must follow at once."""
+    spec = msgspec.convert(echo_spec(replica.id, replica.deployment), ReplicaSpec)
+    host = ReplicaHost(spec, client, build_engine=lambda spec: PiecedEchoEngine())
+    waits: list[int | None] = []
+    wait_ms = host._wait_ms
+
+    def recorded_wait_ms():
+        wait = wait_ms()
+        if host.engine.has_unfinished():
+            waits.append(wait)
+        return wait
+
+    host._wait_ms = recorded_wait_ms
+    thread, _ = run_in_thread(host)
+    try:
+        wait_state(client, replica.id, "READY")
+        send_request(client, replica.id, request("pieced", "a b c d"))
+        assert finished_output(client, replica.deployment, "pieced").finish_reason == "stop"
+    finally:
+        host.stop_requested.set()
+        thread.join(timeout=10)
+    assert len(waits) > 5 and set(waits) == {None}
 
 
 def test_the_host_reconnects_after_a_redis_restart_and_serves_again(tmp_path):
