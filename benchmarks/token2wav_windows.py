@@ -12,8 +12,9 @@ chunks of 25, 50, 100 and 200 frames with 48 frames of left context) at each bat
 decode of its shape (eager plus the CUDA-graph capture), a replayed decode, BigVGAN's share of it,
 seconds of compute per second of audio, and the audio's relative L2 difference from the first mode's
 (`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
-between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
-DiT's blocks through torch.compile; the first window's "first" then includes the compilation).
+between their audio. `--compile` runs each mode a second time with options `token2wav_compile` and
+`token2wav_vocoder_compile` (the DiT's blocks and BigVGAN's activations through torch.compile, as the
+stage runs on CUDA by default; the first window's "first" then includes the compilations).
 `--profile` then profiles one replayed decode of the last run's first window at the largest batch
 (with `--compile`, the compiled run)
 (torch.profiler: CUDA kernels on a GPU, CPU ops otherwise): the top kernels by self device time, the
@@ -63,7 +64,7 @@ PROFILE_TOP = 15
 TRACE_MAX_BYTES = 8 * 2**20
 
 
-def build_decoder(device: str, mode: str, compile_blocks: bool = False):
+def build_decoder(device: str, mode: str, compiled: bool = False):
     from transformers import Qwen2_5OmniToken2WavModel
 
     from stages.generation.token2wav import Token2WavDecoder
@@ -90,7 +91,8 @@ def build_decoder(device: str, mode: str, compile_blocks: bool = False):
         max_frames=2048,
         dit_autocast=dit_autocast,
         vocoder_autocast=vocoder_autocast,
-        compile_blocks=compile_blocks,
+        compile_blocks=compiled,
+        compile_vocoder=compiled,
     )
 
 
@@ -202,7 +204,9 @@ def main() -> None:
     parser.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=list(WINDOWS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--eager", action="store_true", help="also time the uncaptured decode")
-    parser.add_argument("--compile", action="store_true", help="each mode also with its DiT blocks compiled")
+    parser.add_argument(
+        "--compile", action="store_true", help="each mode also with its DiT blocks and BigVGAN activations compiled"
+    )
     parser.add_argument(
         "--profile",
         action="store_true",

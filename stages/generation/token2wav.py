@@ -45,11 +45,13 @@ the same shape may have replayed that graph in between), and on CUDA returns onc
 before it has run (`PiecePacer`), so the device runs next what the engine chose next.
 
 Precision: float32 by default, as transformers runs it (the family's builder, on CUDA, turns on
-`dit_autocast` and `compile_blocks` unless their options say otherwise). `dit_autocast` / `vocoder_autocast`
+`dit_autocast`, `compile_blocks` and `compile_vocoder` unless their options say otherwise). `dit_autocast` / `vocoder_autocast`
 ("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the weights
 kept as loaded (benchmarks/token2wav_windows.py measures speed and the difference from float32).
 `compile_blocks` (option `token2wav_compile`) fuses each DiT block's small kernels with
 torch.compile (`compile_dit_blocks`); the CUDA graphs then capture the compiled kernels.
+`compile_vocoder` (option `token2wav_vocoder_compile`) runs each of BigVGAN's anti-aliased
+activations as one compiled computation (stages/generation/anti_aliased_activation.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from stages.errors import ConfigError, InvalidRequest
+from stages.generation.anti_aliased_activation import fuse_activations, unfuse_activations
 from stages.generation.engine import CodeStream, Window
 from stages.protocol import StageRequest
 
@@ -99,6 +102,7 @@ class Token2WavDecoder:
         dit_autocast: str | None = None,
         vocoder_autocast: str | None = None,
         compile_blocks: bool = False,
+        compile_vocoder: bool = False,
     ):
         self.module = module
         self.dit = module.code2wav_dit_model
@@ -117,9 +121,14 @@ class Token2WavDecoder:
         self.vocoder_autocast = _autocast_dtype(vocoder_autocast, "token2wav_vocoder_autocast")
         if not isinstance(compile_blocks, bool):
             raise ConfigError("options.token2wav_compile", f"must be true or false, got {compile_blocks!r}")
+        if not isinstance(compile_vocoder, bool):
+            raise ConfigError("options.token2wav_vocoder_compile", f"must be true or false, got {compile_vocoder!r}")
         self.compiled_blocks = compile_blocks
         if compile_blocks:
             compile_dit_blocks(self.dit)
+        self.compiled_vocoder = compile_vocoder
+        if compile_vocoder:
+            fuse_activations(self.bigvgan)
         self.graphs = (
             EvaluationGraphs(self._ode_function, max_graphs, max_batch) if cuda_graphs and _is_cuda(device) else None
         )
@@ -217,8 +226,8 @@ class Token2WavDecoder:
             yield None
         with torch.no_grad(), self._autocast(self.vocoder_autocast):
             mel = ode.value.permute(0, 2, 1)  # the ODE's state keeps the weights' dtype
-            wavs = self.bigvgan(mel).reshape(len(windows), -1).float().numpy()  # one batch, one copy to the host
-        yield self._audio(windows, spans, wavs)
+            wavs = self._guarded(self.bigvgan, mel)
+        yield self._audio(windows, spans, wavs.reshape(len(windows), -1).float().numpy())  # one batch, one copy
 
     def _audio(self, windows: list[Window], spans: list[tuple[int, int]], wavs: np.ndarray) -> list[np.ndarray]:
         per_code = self.repeats * MEL_SAMPLES
@@ -230,16 +239,18 @@ class Token2WavDecoder:
         return results
 
     def _guarded(self, compute, *args):
-        """`compute(*args)`; if the compiled DiT blocks fail in it (a compilation error), the decoder drops
-        them, logs why, and computes it again, and every later piece, uncompiled."""
+        """`compute(*args)`; if a compiled part (the DiT's blocks, BigVGAN's activations) fails in it (a
+        compilation error), the decoder drops the compiled parts, logs why, and computes it again, and
+        every later piece, uncompiled."""
         try:
             return compute(*args)
         except Exception:
-            if not self.compiled_blocks:
+            if not (self.compiled_blocks or self.compiled_vocoder):
                 raise
-            logger.exception("token2wav's compiled DiT blocks failed; running them uncompiled from now on")
+            logger.exception("token2wav's compiled parts failed; running them uncompiled from now on")
             uncompile_dit_blocks(self.dit)
-            self.compiled_blocks = False
+            unfuse_activations(self.bigvgan)
+            self.compiled_blocks = self.compiled_vocoder = False
             if self.graphs is not None:
                 self.graphs.retry_uncapturable()  # their capture may have failed on the compiled blocks
             return compute(*args)

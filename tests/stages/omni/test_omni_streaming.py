@@ -214,9 +214,42 @@ def test_token2wav_compile_keeps_the_audio_and_compiles_once_for_every_window_le
     assert refused.value.field == "options.token2wav_compile"
 
 
-def test_token2wav_whose_compiled_blocks_fail_decodes_uncompiled(omni_models, caplog):
-    """A compilation that fails (here: the compiled forwards raise) costs no audio: the decoder logs
-    it, restores the blocks' own forward and decodes the same window again."""
+def test_token2wav_vocoder_compile_keeps_the_audio(omni_models):
+    """`token2wav_vocoder_compile: true` runs BigVGAN's activations fused and compiled: a whole sequence
+    and a stream of windows sound as the uncompiled decoder makes them; a non-boolean value is refused."""
+    from stages.errors import ConfigError
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    codes = np.random.default_rng(5).integers(0, 8192, size=30).tolist()
+
+    def make(part, seq, finished):
+        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
+
+    def decode(options):
+        engine = build_token2wav(
+            omni_models["qwen2_5_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options=options)
+        )
+        whole = _audio(_drive(engine, [codes], make))
+        chunked = _audio(_drive(engine, [codes[i : i + 3] for i in range(0, 30, 3)], make))
+        return engine, whole, chunked
+
+    _, eager_whole, eager_chunked = decode({})
+    engine, whole, chunked = decode({"token2wav_vocoder_compile": True})
+    assert engine.decoder.compiled_vocoder
+    assert all("forward" in act.__dict__ for act in engine.decoder.bigvgan.resblocks[0].activations)
+    scale = np.abs(eager_whole).max()
+    assert np.allclose(whole, eager_whole, rtol=1e-4, atol=1e-5 * scale)
+    assert np.allclose(chunked, eager_chunked, rtol=1e-4, atol=1e-5 * scale)
+    with pytest.raises(ConfigError) as refused:
+        build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={"token2wav_vocoder_compile": 1}))
+    assert refused.value.field == "options.token2wav_vocoder_compile"
+
+
+@pytest.mark.parametrize("part", ["dit", "vocoder"])
+def test_token2wav_whose_compiled_parts_fail_decodes_uncompiled(omni_models, caplog, part):
+    """A compilation that fails (here: the compiled DiT blocks' or BigVGAN activations' forwards raise)
+    costs no audio: the decoder logs it, restores every part's own forward and decodes the same window
+    again."""
     from stages.models.qwen2_5_omni import build_token2wav
 
     codes = np.random.default_rng(4).integers(0, 8192, size=12).tolist()
@@ -227,16 +260,20 @@ def test_token2wav_whose_compiled_blocks_fail_decodes_uncompiled(omni_models, ca
     def decode(options, break_compiled=False):
         engine = build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options=options))
         if break_compiled:
-            for block in engine.decoder.dit.transformer_blocks:
-                block.forward = failing
+            decoder = engine.decoder
+            broken = decoder.dit.transformer_blocks if part == "dit" else decoder.bigvgan.resblocks[0].activations
+            for module in broken:
+                module.forward = failing
         engine.add_request(StageRequest(request_id="r", stage_id=2, prompt_token_ids=codes))
         [output] = _first_outputs(engine)
         return engine, output
 
     _, eager = decode({})
-    engine, recovered = decode({"token2wav_compile": True}, break_compiled=True)
-    assert recovered.error is None and engine.decoder.compiled_blocks is False
-    assert all("forward" not in block.__dict__ for block in engine.decoder.dit.transformer_blocks)
+    compiled = {"token2wav_compile": part == "dit", "token2wav_vocoder_compile": part == "vocoder"}
+    engine, recovered = decode(compiled, break_compiled=True)
+    assert recovered.error is None and engine.decoder.compiled_blocks is engine.decoder.compiled_vocoder is False
+    for model in (engine.decoder.dit, engine.decoder.bigvgan):
+        assert all("forward" not in module.__dict__ for module in model.modules())
     assert np.allclose(to_numpy(recovered.payloads["audio"]), to_numpy(eager.payloads["audio"]))
     assert "running them uncompiled" in caplog.text
 
