@@ -173,6 +173,21 @@ def test_token2wav_dit_autocast_is_close_to_float32_and_bad_values_are_refused(o
     assert refused.value.field == "options.token2wav_dit_autocast"
 
 
+def _whole_and_chunked(omni_models, codes, options):
+    """A token2wav engine with these options; the audio of `codes` decoded whole, and its outputs when
+    the codes come three at a time (first chunk 5, then 8)."""
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    def make(part, seq, finished):
+        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
+
+    stage = StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options=options)
+    engine = build_token2wav(omni_models["qwen2_5_omni"], stage)
+    whole = _audio(_drive(engine, [codes], make))
+    chunked = _drive(engine, [codes[i : i + 3] for i in range(0, len(codes), 3)], make)
+    return engine, whole, chunked
+
+
 def test_token2wav_compile_keeps_the_audio_and_compiles_once_for_every_window_length(omni_models):
     """`token2wav_compile: true` runs the DiT's blocks through torch.compile with dynamic shapes: the
     blocks share one graph per look-ahead/look-behind pair, windows of every length reuse them (a
@@ -184,22 +199,10 @@ def test_token2wav_compile_keeps_the_audio_and_compiles_once_for_every_window_le
     from stages.models.qwen2_5_omni import build_token2wav
 
     codes = np.random.default_rng(3).integers(0, 8192, size=30).tolist()
-
-    def make(part, seq, finished):
-        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
-
-    def decode(options):
-        engine = build_token2wav(
-            omni_models["qwen2_5_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options=options)
-        )
-        whole = _audio(_drive(engine, [codes], make))
-        chunked = _drive(engine, [codes[i : i + 3] for i in range(0, 30, 3)], make)
-        return engine, whole, chunked
-
-    _, eager_whole, eager_chunked = decode({})
+    _, eager_whole, eager_chunked = _whole_and_chunked(omni_models, codes, {})
     torch._dynamo.reset()
     before = counters["stats"]["unique_graphs"]
-    engine, whole, chunked = decode({"token2wav_compile": True})
+    engine, whole, chunked = _whole_and_chunked(omni_models, codes, {"token2wav_compile": True})
     blocks = engine.decoder.dit.transformer_blocks
     assert (
         len({(block.look_ahead_block, block.look_backward_block) for block in blocks})
@@ -221,25 +224,13 @@ def test_token2wav_vocoder_compile_keeps_the_audio(omni_models):
     from stages.models.qwen2_5_omni import build_token2wav
 
     codes = np.random.default_rng(5).integers(0, 8192, size=30).tolist()
-
-    def make(part, seq, finished):
-        return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
-
-    def decode(options):
-        engine = build_token2wav(
-            omni_models["qwen2_5_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options=options)
-        )
-        whole = _audio(_drive(engine, [codes], make))
-        chunked = _audio(_drive(engine, [codes[i : i + 3] for i in range(0, 30, 3)], make))
-        return engine, whole, chunked
-
-    _, eager_whole, eager_chunked = decode({})
-    engine, whole, chunked = decode({"token2wav_vocoder_compile": True})
+    _, eager_whole, eager_chunked = _whole_and_chunked(omni_models, codes, {})
+    engine, whole, chunked = _whole_and_chunked(omni_models, codes, {"token2wav_vocoder_compile": True})
     assert engine.decoder.compiled_vocoder
     assert all("forward" in act.__dict__ for act in engine.decoder.bigvgan.resblocks[0].activations)
     scale = np.abs(eager_whole).max()
     assert np.allclose(whole, eager_whole, rtol=1e-4, atol=1e-5 * scale)
-    assert np.allclose(chunked, eager_chunked, rtol=1e-4, atol=1e-5 * scale)
+    assert np.allclose(_audio(chunked), _audio(eager_chunked), rtol=1e-4, atol=1e-5 * scale)
     with pytest.raises(ConfigError) as refused:
         build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={"token2wav_vocoder_compile": 1}))
     assert refused.value.field == "options.token2wav_vocoder_compile"
