@@ -13,8 +13,8 @@ decode of its shape (eager plus the CUDA-graph capture), a replayed decode, BigV
 seconds of compute per second of audio, and the audio's relative L2 difference from the first mode's
 (`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
 between their audio. `--compile` runs each mode a second time with options `token2wav_compile` and
-`token2wav_vocoder_compile` (the DiT's blocks and BigVGAN's activations through torch.compile, as the
-stage runs on CUDA by default; the first window's "first" then includes the compilations).
+`token2wav_vocoder_compile` (the DiT's blocks and BigVGAN's activations through torch.compile; the first
+window's "first" then includes the compilations).
 `--profile` then profiles one replayed decode of the last run's first window at the largest batch
 (with `--compile`, the compiled run)
 (torch.profiler: CUDA kernels on a GPU, CPU ops otherwise): the top kernels by self device time, the

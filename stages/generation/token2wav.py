@@ -45,7 +45,7 @@ the same shape may have replayed that graph in between), and on CUDA returns onc
 before it has run (`PiecePacer`), so the device runs next what the engine chose next.
 
 Precision: float32 by default, as transformers runs it (the family's builder, on CUDA, turns on
-`dit_autocast`, `compile_blocks` and `compile_vocoder` unless their options say otherwise). `dit_autocast` / `vocoder_autocast`
+`dit_autocast` and `compile_blocks` unless their options say otherwise). `dit_autocast` / `vocoder_autocast`
 ("bfloat16") run the DiT's / BigVGAN's matmuls and convolutions under autocast with the weights
 kept as loaded (benchmarks/token2wav_windows.py measures speed and the difference from float32).
 `compile_blocks` (option `token2wav_compile`) fuses each DiT block's small kernels with
