@@ -5,13 +5,15 @@ convolution) upsamples its input by 2 (replicate padding, a depthwise transposed
 a 12-tap Kaiser-sinc filter, a crop), applies SnakeBeta (`x + sin(x * e^alpha)^2 / e^beta`) and
 downsamples by 2 (replicate padding, a depthwise strided convolution). Run as transformers writes
 it, that is about ten kernels per activation, each reading and writing the twice-upsampled tensor,
-and the depthwise convolutions run far below the device's memory bandwidth.
+and PyTorch runs the depthwise transposed convolution through a generic path (on CPU it is a third
+of the tiny model's BigVGAN time).
 
 `anti_aliased_activation` computes the same values from shifted slices of the input: the upsampled
 signal's even and odd samples are each a 6-tap weighted sum of the padded input (the transposed
 convolution's two polyphase components), and the downsampled output is a 12-tap weighted sum of
-every other sample of the padded SnakeBeta output. Written so, torch.compile fuses an activation
-into one or two kernels that read the input once and write the output once. `fuse_activations`
+every other sample of the padded SnakeBeta output. Written so, an activation is elementwise
+arithmetic on shifted views that torch.compile can fuse into one or two kernels, reading the input
+once and writing the output once. `fuse_activations`
 puts the compiled function in place of the forward of every such activation of a BigVGAN (and
 `unfuse_activations` takes it out again); activations of another shape keep their own forward.
 """
