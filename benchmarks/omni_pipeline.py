@@ -329,7 +329,9 @@ def main() -> None:
         help="options.token2wav_compile: token2wav's DiT blocks compiled",
     )
     parser.add_argument(
-        "--vocoder-compile", action="store_true", help="options.token2wav_vocoder_compile: BigVGAN activations fused"
+        "--vocoder-compile",
+        action="store_true",
+        help="options.token2wav_vocoder_compile: BigVGAN activations fused, compiled",
     )
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])

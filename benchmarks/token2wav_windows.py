@@ -12,9 +12,10 @@ chunks of 25, 50, 100 and 200 frames with 48 frames of left context) at each bat
 decode of its shape (eager plus the CUDA-graph capture), a replayed decode, BigVGAN's share of it,
 seconds of compute per second of audio, and the audio's relative L2 difference from the first mode's
 (`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
-between their audio. `--compile` runs each mode a second time with options `token2wav_compile` and
-`token2wav_vocoder_compile` (the DiT's blocks and BigVGAN's activations through torch.compile; the first
-window's "first" then includes the compilations).
+between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
+DiT's blocks through torch.compile; the first window's "first" then includes the compilation), and with
+`--vocoder-compile` that run has `token2wav_vocoder_compile` too (BigVGAN's activations fused and
+compiled: its BigVGAN column against the first run's).
 `--profile` then profiles one replayed decode of the last run's first window at the largest batch
 (with `--compile`, the compiled run)
 (torch.profiler: CUDA kernels on a GPU, CPU ops otherwise): the top kernels by self device time, the
@@ -64,7 +65,7 @@ PROFILE_TOP = 15
 TRACE_MAX_BYTES = 8 * 2**20
 
 
-def build_decoder(device: str, mode: str, compiled: bool = False):
+def build_decoder(device: str, mode: str, compile_blocks: bool = False, compile_vocoder: bool = False):
     from transformers import Qwen2_5OmniToken2WavModel
 
     from stages.generation.token2wav import Token2WavDecoder
@@ -91,8 +92,8 @@ def build_decoder(device: str, mode: str, compiled: bool = False):
         max_frames=2048,
         dit_autocast=dit_autocast,
         vocoder_autocast=vocoder_autocast,
-        compile_blocks=compiled,
-        compile_vocoder=compiled,
+        compile_blocks=compile_blocks,
+        compile_vocoder=compile_vocoder,
     )
 
 
@@ -204,8 +205,9 @@ def main() -> None:
     parser.add_argument("--windows", nargs="+", default=list(WINDOWS), choices=list(WINDOWS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--eager", action="store_true", help="also time the uncaptured decode")
+    parser.add_argument("--compile", action="store_true", help="each mode also with its DiT blocks compiled")
     parser.add_argument(
-        "--compile", action="store_true", help="each mode also with its DiT blocks and BigVGAN activations compiled"
+        "--vocoder-compile", action="store_true", help="with --compile: BigVGAN's activations fused and compiled too"
     )
     parser.add_argument(
         "--profile",
@@ -218,7 +220,7 @@ def main() -> None:
     runs = [(mode, compiled) for mode in args.modes for compiled in ((False, True) if args.compile else (False,))]
     profiled = None  # (what, decoder, windows) for --profile: that decoder is kept, warm, past its run
     for mode, compiled in runs:
-        decoder = build_decoder(args.device, mode, compiled)
+        decoder = build_decoder(args.device, mode, compiled, compiled and args.vocoder_compile)
         label = f"{mode}+compile" if compiled else mode
         graphs = decoder.graphs
         for batch in args.batches:
