@@ -391,9 +391,9 @@ class EvaluationGraphs:
     reference mel, codes, speaker features) are padded to the bucket once per decode (the padding
     rows hold the first window's) and copied into its static buffers before each piece, the state
     and time point once per evaluation, and the first n rows of the output are the batch's. The RK4
-    arithmetic between evaluations stays eager (a few hundred small kernels per window). A new shape costs one eager
-    evaluation (on a side stream, as capture requires) and one captured. A shape that fails to
-    capture runs eagerly from then on. With `capture=False` the same padded static-buffer
+    arithmetic between evaluations stays eager (a few hundred small kernels per window). A new shape
+    costs one eager evaluation (on a side stream, as capture requires) and one captured. A shape that
+    fails to capture runs eagerly from then on. With `capture=False` the same padded static-buffer
     evaluation runs eagerly (on any device): the tests check the padding with it on CPU.
     """
 
