@@ -19,7 +19,8 @@ weights) with `load_format: dummy`: every stage, and transformers' model, builds
 random bf16 weights, no shards written (needs a GPU); token2wav runs in `--code2wav-dtype` (float32 by default) on both sides; `--code2wav-autocast dit` runs Omnistage's DiT under bf16 autocast
 (transformers stays in float32), and new token2wav graph captures are logged. `--compile` and
 `--code2wav-compile` turn on `options.compile` (AR stages) and `token2wav_compile`, `--vocoder-compile`
-`token2wav_vocoder_compile` (BigVGAN's activations fused and compiled); `--log-windows`
+`token2wav_vocoder_compile` (BigVGAN's activations fused and compiled), `--block-attention`
+`token2wav_block_attention` (the DiT's attention block by block, without masks); `--log-windows`
 logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
 `--model 30b-shaped` (with `--family qwen3_omni`) serves `qwen3_omni_30b_a3b` the same way; transformers'
 copy runs first and is freed before Omnistage loads (both do not fit at once). `--prompt-tokens N` pads
@@ -149,6 +150,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
             "token2wav_vocoder_autocast": "bfloat16" if args.code2wav_autocast == "all" else None,
             "token2wav_compile": args.code2wav_compile,
             "token2wav_vocoder_compile": args.vocoder_compile,
+            "token2wav_block_attention": args.block_attention,
             **({"window_max": args.window_max} if args.window_max else {}),
         },
     }
@@ -332,6 +334,11 @@ def main() -> None:
         "--vocoder-compile",
         action="store_true",
         help="options.token2wav_vocoder_compile: BigVGAN activations fused, compiled",
+    )
+    parser.add_argument(
+        "--block-attention",
+        action="store_true",
+        help="options.token2wav_block_attention: the DiT's attention block by block, no masks",
     )
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])

@@ -15,7 +15,9 @@ seconds of compute per second of audio, and the audio's relative L2 difference f
 between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
 DiT's blocks through torch.compile; the first window's "first" then includes the compilation), and with
 `--vocoder-compile` that run has `token2wav_vocoder_compile` too (BigVGAN's activations fused and
-compiled: its BigVGAN column against the first run's).
+compiled: its BigVGAN column against the first run's). `--block-attention` adds a third run, compiled
+as the second, with option `token2wav_block_attention` (the DiT's attention block by block, no masks:
+`+compile+blocks`).
 `--profile` then profiles one replayed decode of the last run's first window at the largest batch
 (with `--compile`, the compiled run)
 (torch.profiler: CUDA kernels on a GPU, CPU ops otherwise): the top kernels by self device time, the
@@ -65,7 +67,9 @@ PROFILE_TOP = 15
 TRACE_MAX_BYTES = 8 * 2**20
 
 
-def build_decoder(device: str, mode: str, compile_blocks: bool = False, compile_vocoder: bool = False):
+def build_decoder(
+    device: str, mode: str, compile_blocks: bool = False, compile_vocoder: bool = False, block_attention: bool = False
+):
     from transformers import Qwen2_5OmniToken2WavModel
 
     from stages.generation.token2wav import Token2WavDecoder
@@ -94,6 +98,7 @@ def build_decoder(device: str, mode: str, compile_blocks: bool = False, compile_
         vocoder_autocast=vocoder_autocast,
         compile_blocks=compile_blocks,
         compile_vocoder=compile_vocoder,
+        block_attention=block_attention,
     )
 
 
@@ -210,6 +215,11 @@ def main() -> None:
         "--vocoder-compile", action="store_true", help="with --compile: BigVGAN's activations fused and compiled too"
     )
     parser.add_argument(
+        "--block-attention",
+        action="store_true",
+        help="with --compile: a third run, compiled, with options.token2wav_block_attention",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="after the timed runs, profile one decode of the first run's first window at the largest batch",
@@ -217,11 +227,15 @@ def main() -> None:
     args = parser.parse_args()
     frames = np.random.default_rng(0).integers(0, 8000, 700).tolist()
     reference: dict[tuple, list[np.ndarray]] = {}
-    runs = [(mode, compiled) for mode in args.modes for compiled in ((False, True) if args.compile else (False,))]
+    variants = ("", "+compile", "+compile+blocks") if args.block_attention else ("", "+compile")
+    runs = [(mode, variant) for mode in args.modes for variant in (variants if args.compile else ("",))]
     profiled = None  # (what, decoder, windows) for --profile: that decoder is kept, warm, past its run
-    for mode, compiled in runs:
-        decoder = build_decoder(args.device, mode, compiled, compiled and args.vocoder_compile)
-        label = f"{mode}+compile" if compiled else mode
+    for mode, variant in runs:
+        compiled = bool(variant)
+        decoder = build_decoder(
+            args.device, mode, compiled, compiled and args.vocoder_compile, variant.endswith("+blocks")
+        )
+        label = mode + variant
         graphs = decoder.graphs
         for batch in args.batches:
             streams = [
@@ -247,7 +261,7 @@ def main() -> None:
                 seconds = batch * (end - start) * SECONDS_PER_FRAME
                 reference.setdefault((batch, name), audio)
                 line = (
-                    f"{label:17s} batch {batch} {name:11s} span {span[1] - span[0]:3d}  first {first * 1e3:7.1f} ms"
+                    f"{label:23s} batch {batch} {name:11s} span {span[1] - span[0]:3d}  first {first * 1e3:7.1f} ms"
                     f"  replay {replay * 1e3:7.1f} ms (BigVGAN {vocoder * 1e3:6.1f})"
                     f"  {replay / seconds:6.3f} s per audio s  rel-L2 vs {runs[0][0]} {relative_l2(audio, reference[(batch, name)]):.1e}"
                 )

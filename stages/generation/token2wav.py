@@ -50,8 +50,10 @@ Precision: float32 by default, as transformers runs it (the family's builder, on
 kept as loaded (benchmarks/token2wav_windows.py measures speed and the difference from float32).
 `compile_blocks` (option `token2wav_compile`) fuses each DiT block's small kernels with
 torch.compile (`compile_dit_blocks`); the CUDA graphs then capture the compiled kernels.
+`block_attention` (option `token2wav_block_attention`) computes the DiT's attention block by block,
+without masks (stages/generation/block_attention.py).
 `compile_vocoder` (option `token2wav_vocoder_compile`) runs each of BigVGAN's anti-aliased
-activations as one compiled computation (stages/generation/anti_aliased_activation.py).
+activations as two compiled kernels (stages/generation/anti_aliased_activation.py).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ import numpy as np
 
 from stages.errors import ConfigError, InvalidRequest
 from stages.generation.anti_aliased_activation import fuse_activations, unfuse_activations
+from stages.generation.block_attention import use_block_attention
 from stages.generation.engine import CodeStream, Window
 from stages.protocol import StageRequest
 
@@ -103,6 +106,7 @@ class Token2WavDecoder:
         vocoder_autocast: str | None = None,
         compile_blocks: bool = False,
         compile_vocoder: bool = False,
+        block_attention: bool = False,
     ):
         self.module = module
         self.dit = module.code2wav_dit_model
@@ -129,6 +133,10 @@ class Token2WavDecoder:
         self.compiled_vocoder = compile_vocoder
         if compile_vocoder:
             fuse_activations(self.bigvgan)
+        if not isinstance(block_attention, bool):
+            raise ConfigError("options.token2wav_block_attention", f"must be true or false, got {block_attention!r}")
+        if block_attention:
+            use_block_attention(self.dit)
         self.graphs = (
             EvaluationGraphs(self._ode_function, max_graphs, max_batch) if cuda_graphs and _is_cuda(device) else None
         )

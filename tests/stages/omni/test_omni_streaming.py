@@ -236,6 +236,25 @@ def test_token2wav_vocoder_compile_keeps_the_audio(omni_models):
     assert refused.value.field == "options.token2wav_vocoder_compile"
 
 
+def test_token2wav_block_attention_keeps_the_audio(omni_models):
+    """`token2wav_block_attention: true` gives the DiT block attention (stages/generation/block_attention.py):
+    a whole sequence and a stream of windows sound as with transformers' masks; a non-boolean is refused."""
+    from stages.errors import ConfigError
+    from stages.generation.block_attention import ATTENTION
+    from stages.models.qwen2_5_omni import build_token2wav
+
+    codes = np.random.default_rng(6).integers(0, 8192, size=30).tolist()
+    _, masked_whole, masked_chunked = _whole_and_chunked(omni_models, codes, {})
+    engine, whole, chunked = _whole_and_chunked(omni_models, codes, {"token2wav_block_attention": True})
+    assert engine.decoder.dit.config._attn_implementation == ATTENTION
+    scale = np.abs(masked_whole).max()
+    assert np.allclose(whole, masked_whole, rtol=1e-4, atol=1e-5 * scale)
+    assert np.allclose(_audio(chunked), _audio(masked_chunked), rtol=1e-4, atol=1e-5 * scale)
+    with pytest.raises(ConfigError) as refused:
+        build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={"token2wav_block_attention": 1}))
+    assert refused.value.field == "options.token2wav_block_attention"
+
+
 @pytest.mark.parametrize("part", ["dit", "vocoder"])
 def test_token2wav_whose_compiled_parts_fail_decodes_uncompiled(omni_models, caplog, part):
     """A compilation that fails (here: the compiled DiT blocks' or BigVGAN activations' forwards raise)
