@@ -17,7 +17,6 @@ import argparse
 import functools
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,24 +26,9 @@ import torch  # noqa: E402
 
 
 def load_bigvgan(device: str):
-    from transformers import Qwen2_5OmniToken2WavModel
+    from token2wav_windows import real_token2wav
 
-    from stages.models.omni_weights import load_submodule
-    from stages.models.qwen2_5_omni import config
-    from stages.tiny import REAL_SHAPES, build_all
-
-    root = Path(tempfile.gettempdir()) / "omnistage_real_shapes"
-    model_dir = str(build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"])
-    module = load_submodule(
-        model_dir,
-        Qwen2_5OmniToken2WavModel,
-        config(model_dir).token2wav_config,
-        "token2wav.",
-        device=device,
-        dtype=torch.float32,
-        dummy_seed=0,
-    )
-    return module.code2wav_bigvgan_model.eval()
+    return real_token2wav(device)[1].code2wav_bigvgan_model.eval()
 
 
 def install(bigvgan, function) -> None:

@@ -67,19 +67,17 @@ PROFILE_TOP = 15
 TRACE_MAX_BYTES = 8 * 2**20
 
 
-def build_decoder(
-    device: str, mode: str, compile_blocks: bool = False, compile_vocoder: bool = False, block_attention: bool = False
-):
+def real_token2wav(device: str):
+    """The real-shape directory `qwen2_5_omni_7b` (built once under the temporary directory) and its
+    token2wav in float32 with dummy weights drawn from seed 0."""
     from transformers import Qwen2_5OmniToken2WavModel
 
-    from stages.generation.token2wav import Token2WavDecoder
     from stages.models.omni_weights import load_submodule
-    from stages.models.qwen2_5_omni import config, speakers
+    from stages.models.qwen2_5_omni import config
     from stages.tiny import REAL_SHAPES, build_all
 
     root = Path(tempfile.gettempdir()) / "omnistage_real_shapes"
     model_dir = str(build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"])
-    dtype, dit_autocast, vocoder_autocast = MODES[mode]
     module = load_submodule(
         model_dir,
         Qwen2_5OmniToken2WavModel,
@@ -88,7 +86,19 @@ def build_decoder(
         device=device,
         dtype=torch.float32,
         dummy_seed=0,
-    ).to(getattr(torch, dtype))  # drawn in float32 for every mode: the modes differ in precision only
+    )
+    return model_dir, module
+
+
+def build_decoder(
+    device: str, mode: str, compile_blocks: bool = False, compile_vocoder: bool = False, block_attention: bool = False
+):
+    from stages.generation.token2wav import Token2WavDecoder
+    from stages.models.qwen2_5_omni import speakers
+
+    dtype, dit_autocast, vocoder_autocast = MODES[mode]
+    model_dir, module = real_token2wav(device)
+    module = module.to(getattr(torch, dtype))  # drawn in float32 for every mode: the modes differ in precision only
     return Token2WavDecoder(
         module,
         speakers(model_dir),

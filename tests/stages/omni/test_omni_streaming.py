@@ -217,42 +217,38 @@ def test_token2wav_compile_keeps_the_audio_and_compiles_once_for_every_window_le
     assert refused.value.field == "options.token2wav_compile"
 
 
-def test_token2wav_vocoder_compile_keeps_the_audio(omni_models):
-    """`token2wav_vocoder_compile: true` runs BigVGAN's activations fused and compiled: a whole sequence
-    and a stream of windows sound as the uncompiled decoder makes them; a non-boolean value is refused."""
+def _fused_activations(decoder) -> bool:
+    return decoder.compiled_vocoder and all("forward" in a.__dict__ for a in decoder.bigvgan.resblocks[0].activations)
+
+
+def _block_attention(decoder) -> bool:
+    from stages.generation.block_attention import ATTENTION
+
+    return decoder.dit.config._attn_implementation == ATTENTION
+
+
+@pytest.mark.parametrize(
+    ("option", "applied"),
+    [("token2wav_vocoder_compile", _fused_activations), ("token2wav_block_attention", _block_attention)],
+)
+def test_token2wav_options_that_keep_the_audio(omni_models, option, applied):
+    """`token2wav_vocoder_compile: true` (BigVGAN's activations fused and compiled) and
+    `token2wav_block_attention: true` (the DiT's attention block by block, stages/generation/block_attention.py)
+    take effect, and a whole sequence and a stream of windows sound as without them; a non-boolean value
+    is refused."""
     from stages.errors import ConfigError
     from stages.models.qwen2_5_omni import build_token2wav
 
     codes = np.random.default_rng(5).integers(0, 8192, size=30).tolist()
-    _, eager_whole, eager_chunked = _whole_and_chunked(omni_models, codes, {})
-    engine, whole, chunked = _whole_and_chunked(omni_models, codes, {"token2wav_vocoder_compile": True})
-    assert engine.decoder.compiled_vocoder
-    assert all("forward" in act.__dict__ for act in engine.decoder.bigvgan.resblocks[0].activations)
-    scale = np.abs(eager_whole).max()
-    assert np.allclose(whole, eager_whole, rtol=1e-4, atol=1e-5 * scale)
-    assert np.allclose(_audio(chunked), _audio(eager_chunked), rtol=1e-4, atol=1e-5 * scale)
+    _, plain_whole, plain_chunked = _whole_and_chunked(omni_models, codes, {})
+    engine, whole, chunked = _whole_and_chunked(omni_models, codes, {option: True})
+    assert applied(engine.decoder)
+    scale = np.abs(plain_whole).max()
+    assert np.allclose(whole, plain_whole, rtol=1e-4, atol=1e-5 * scale)
+    assert np.allclose(_audio(chunked), _audio(plain_chunked), rtol=1e-4, atol=1e-5 * scale)
     with pytest.raises(ConfigError) as refused:
-        build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={"token2wav_vocoder_compile": 1}))
-    assert refused.value.field == "options.token2wav_vocoder_compile"
-
-
-def test_token2wav_block_attention_keeps_the_audio(omni_models):
-    """`token2wav_block_attention: true` gives the DiT block attention (stages/generation/block_attention.py):
-    a whole sequence and a stream of windows sound as with transformers' masks; a non-boolean is refused."""
-    from stages.errors import ConfigError
-    from stages.generation.block_attention import ATTENTION
-    from stages.models.qwen2_5_omni import build_token2wav
-
-    codes = np.random.default_rng(6).integers(0, 8192, size=30).tolist()
-    _, masked_whole, masked_chunked = _whole_and_chunked(omni_models, codes, {})
-    engine, whole, chunked = _whole_and_chunked(omni_models, codes, {"token2wav_block_attention": True})
-    assert engine.decoder.dit.config._attn_implementation == ATTENTION
-    scale = np.abs(masked_whole).max()
-    assert np.allclose(whole, masked_whole, rtol=1e-4, atol=1e-5 * scale)
-    assert np.allclose(_audio(chunked), _audio(masked_chunked), rtol=1e-4, atol=1e-5 * scale)
-    with pytest.raises(ConfigError) as refused:
-        build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={"token2wav_block_attention": 1}))
-    assert refused.value.field == "options.token2wav_block_attention"
+        build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(options={option: 1}))
+    assert refused.value.field == f"options.{option}"
 
 
 @pytest.mark.parametrize("part", ["dit", "vocoder"])
