@@ -64,6 +64,7 @@ def test_compiled_blocks_attend_block_by_block_at_every_length():
         expected = {codes: _forward(dit, codes) for codes in (24, 41)}
         use_block_attention(dit)
         compile_dit_blocks(dit)
+        assert dit.config._attn_implementation == ATTENTION
         compiled = {codes: _forward(dit, codes) for codes in (24, 41)}
     for codes, output in compiled.items():
         assert torch.allclose(output, expected[codes], rtol=1e-4, atol=1e-4), codes
