@@ -24,7 +24,8 @@ random bf16 weights, no shards written (needs a GPU); token2wav runs in `--code2
 logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
 `--model 30b-shaped` (with `--family qwen3_omni`) serves `qwen3_omni_30b_a3b` the same way; transformers'
 copy runs first and is freed before Omnistage loads (both do not fit at once). `--prompt-tokens N` pads
-the user message to an N-token prompt. Every stage's max batch is the largest concurrency; failed
+the user message to an N-token prompt; `--audio-seconds S` makes it an S-second audio clip instead (as
+a realtime turn's prompt). Every stage's max batch is the largest concurrency; failed
 requests are counted per concurrency. `--py-spy-at N` records, during concurrency N's timed run, which
 threads hold the GIL and where (py-spy's raw stacks per thread, to $OUT or the working directory).
 """
@@ -250,6 +251,24 @@ MESSAGES = [{"role": "user", "content": "Tell me a short story about the sea."}]
 FILLER = "The old lighthouse keeper watched the grey waves roll in from the north while gulls circled above."
 
 
+def audio_messages(seconds: float) -> list[dict]:
+    """A user message holding one clip: a seeded mix of speech-band tones and noise, 16 kHz."""
+    import numpy as np
+
+    rate = 16000
+    time_s = np.arange(int(seconds * rate)) / rate
+    rng = np.random.default_rng(0)
+    clip = 0.3 * np.sin(2 * np.pi * 220 * time_s) * np.sin(2 * np.pi * 3 * time_s) + 0.02 * rng.standard_normal(
+        len(time_s)
+    )
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "audio", "audio": clip.astype(np.float32).tolist(), "sampling_rate": rate}],
+        }
+    ]
+
+
 def prompt_messages(model_dir: Path, family: str, tokens: int) -> list[dict]:
     """MESSAGES, or a user message of filler words padded so the templated prompt has about `tokens` tokens."""
     if not tokens:
@@ -343,6 +362,9 @@ def main() -> None:
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--prompt-tokens", type=int, default=0, help="pad the user message to this many tokens")
+    parser.add_argument(
+        "--audio-seconds", type=float, help="the user message is a clip of this many seconds of audio (with --skip-hf)"
+    )
     parser.add_argument("--skip-hf", action="store_true", help="no transformers baseline (no ratios)")
     parser.add_argument(
         "--talker-sampling",
@@ -357,6 +379,8 @@ def main() -> None:
         help="keep the checkpoint (tiny, or the real-shape configs) under this folder for later runs (default: a temp dir)",
     )
     args = parser.parse_args()
+    if args.audio_seconds and not args.skip_hf:
+        parser.error("--audio-seconds needs --skip-hf (the transformers baseline takes text prompts only)")
     args.compile = [] if args.compile is None else args.compile or ["thinker", "talker"]
     logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
     logging.getLogger("stages.generation").setLevel(logging.DEBUG if args.log_windows else logging.INFO)
@@ -371,7 +395,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)
         model_dir = model_dir_for(args, root)
-        messages = prompt_messages(model_dir, args.family, args.prompt_tokens)
+        messages = (
+            audio_messages(args.audio_seconds)
+            if args.audio_seconds
+            else prompt_messages(model_dir, args.family, args.prompt_tokens)
+        )
         omni = AsyncOmni(model_dir, deploy=deploy, load_format=load_format(args))  # its engines start in the run
         print(
             f"config: {args.family} {args.model} on {args.device}, {args.text} text tokens, {args.codes} codes,"

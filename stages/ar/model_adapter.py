@@ -14,6 +14,7 @@ whose per-step input embedding comes from a callback) passes its own adapter to 
         def embed(self, token_ids: Tensor, inputs: ModelInputs) -> Tensor: ...   # [T] -> [T, hidden]
         def forward(self, inputs: ModelInputs) -> ModelOutputs: ...
         def admit(self, seq: Sequence, request: StageRequest) -> None: ...      # optional
+        def embed_media(self, seqs) -> list[tuple[Sequence, Exception]]: ...    # optional
         def observe(self, sequences, outputs: ModelOutputs) -> None: ...         # optional
 
 `embed` is called only when a batch needs embeddings (a request gave `inputs_embeds`, or
@@ -23,7 +24,9 @@ whose per-step input embedding comes from a callback) passes its own adapter to 
 cache; it may rewrite `position_ids` (e.g. 3-row M-RoPE positions, see `stages/ar/mrope.py`).
 `admit` (optional) sees each request once it is a `Sequence`: it may replace the prompt rows by
 embeddings (multimodal features merged), set rotary tables and `position_delta`, and queue params
-for the first output. `observe` (optional) sees every step's outputs with the packed
+for the first output. `embed_media` (optional) gets, before each step, the sequences admitted since
+the last one: it sets their prompt embeddings from their media in as few encoder calls as it can
+(the thinker's audio clips in one) and returns those that failed, which fail alone. `observe` (optional) sees every step's outputs with the packed
 `(sequence, first position, count)` list, eager or replayed alike: an adapter that needs a row of
 the final hidden state after the step (a talker's code predictor reads it at the next step) returns
 `last_hidden` [T, hidden] from `forward` and keeps its rows there (copies: a replayed graph's

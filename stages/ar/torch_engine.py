@@ -25,7 +25,8 @@ Other model modules (an omni thinker or talker) plug in through a model adapter 
 `stages/ar/model_adapter.py`): load the module with `attn_implementation=ATTENTION_NAME` on its text
 part after `attention.register()`, then `ARTorchEngine(adapter, tokenizer, stage_deploy, eos_token_ids=...)`.
 An adapter with an `admit(seq, request)` method sees each request once it is a `Sequence` (multimodal
-embeddings, rotary tables, params for the first output). A stage engine that interprets its input
+embeddings, rotary tables, params for the first output); one with `embed_media(seqs)` is handed, before
+each step, every sequence admitted since the last one, so it can encode their media in one call. A stage engine that interprets its input
 itself (a talker fed by a thinker) adds parsed sequences with `add_sequence`.
 """
 
@@ -117,6 +118,7 @@ class ARTorchEngine(StageEngine):
         self.runner = ModelRunner(adapter, self.kv_cache, self.block_manager, self.device)
         self.sampler = Sampler(self.eos_token_ids, self.device)
         self.sequences: dict[str, Sequence] = {}
+        self.admitted: list[Sequence] = []  # since the last step; their media is merged before it
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(int(self.options.get("seed", 0)))
         graphs, compile_step = (
@@ -180,6 +182,7 @@ class ARTorchEngine(StageEngine):
             except Exception:
                 self.abort(seq.request_id)
                 raise
+        self.admitted.append(seq)
 
     def add_sequence(
         self,
@@ -240,10 +243,11 @@ class ARTorchEngine(StageEngine):
             seq.input_finished = True
 
     def step(self) -> list[StageOutput]:
+        failed = self._embed_admitted_media()
         batch = self.scheduler.schedule()
         self.last_step = StepStats()
         if not batch:
-            return []
+            return failed
         try:
             result = self.runner.run(batch)
         except Exception as error:  # a model failure fails this batch, not the engine
@@ -263,7 +267,17 @@ class ARTorchEngine(StageEngine):
                 output = self._fail(seq, error)
             if output is not None:
                 outputs.append(output)
-        return outputs
+        return failed + outputs
+
+    def _embed_admitted_media(self) -> list[StageOutput]:
+        """Let the adapter merge the media of every request admitted since the last step, together;
+        error outputs for those whose media failed."""
+        admitted, self.admitted = self.admitted, []
+        embed_media = getattr(self.adapter, "embed_media", None)
+        live = [seq for seq in admitted if self.sequences.get(seq.request_id) is seq]
+        if embed_media is None or not live:
+            return []
+        return [self._fail(seq, error) for seq, error in embed_media(live)]
 
     def abort(self, request_id: str) -> None:
         seq = self.sequences.pop(request_id, None)

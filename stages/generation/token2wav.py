@@ -123,19 +123,13 @@ class Token2WavDecoder:
         self.num_codes = self.dit.config.num_embeds
         self.dit_autocast = _autocast_dtype(dit_autocast, "token2wav_dit_autocast")
         self.vocoder_autocast = _autocast_dtype(vocoder_autocast, "token2wav_vocoder_autocast")
-        if not isinstance(compile_blocks, bool):
-            raise ConfigError("options.token2wav_compile", f"must be true or false, got {compile_blocks!r}")
-        if not isinstance(compile_vocoder, bool):
-            raise ConfigError("options.token2wav_vocoder_compile", f"must be true or false, got {compile_vocoder!r}")
-        self.compiled_blocks = compile_blocks
+        self.compiled_blocks = _switch(compile_blocks, "token2wav_compile")
         if compile_blocks:
             compile_dit_blocks(self.dit)
-        self.compiled_vocoder = compile_vocoder
+        self.compiled_vocoder = _switch(compile_vocoder, "token2wav_vocoder_compile")
         if compile_vocoder:
             fuse_activations(self.bigvgan)
-        if not isinstance(block_attention, bool):
-            raise ConfigError("options.token2wav_block_attention", f"must be true or false, got {block_attention!r}")
-        if block_attention:
+        if _switch(block_attention, "token2wav_block_attention"):
             use_block_attention(self.dit)
         self.graphs = (
             EvaluationGraphs(self._ode_function, max_graphs, max_batch) if cuda_graphs and _is_cuda(device) else None
@@ -561,6 +555,12 @@ def _autocast_dtype(name: str | None, option: str):
     if name != "bfloat16":
         raise ConfigError(f"options.{option}", f"must be bfloat16 or null, not {name!r}")
     return getattr(torch, name)
+
+
+def _switch(value, option: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"options.{option}", f"must be true or false, got {value!r}")
+    return value
 
 
 def _is_cuda(device) -> bool:

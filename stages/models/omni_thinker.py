@@ -5,11 +5,13 @@ with the paged attention on its text config only) into `ARTorchEngine`. It repro
 `thinker.generate(..., output_hidden_states=True)` computes inside
 `Qwen2_5OmniForConditionalGeneration.generate` / `Qwen3OmniMoeForConditionalGeneration.generate`:
 
-- admission (`admit`): a prompt with audio, image or video parts gets its multimodal features
-  merged into the input embeddings once, the way the thinker's forward merges them (the audio tower
-  and vision encoder run here, their features scattered over the placeholder positions; for
-  Qwen3 also the deepstack features added at the early layers), and its 3-D M-RoPE positions from
-  the thinker's `get_rope_index`; generated tokens then sit at `index + rope_delta`;
+- admission (`admit`): a prompt with audio, image or video parts gets its 3-D M-RoPE positions from
+  the thinker's `get_rope_index` (generated tokens then sit at `index + rope_delta`); its multimodal
+  features are merged into the input embeddings once, the way the thinker's forward merges them
+  (the audio tower and vision encoder run, their features scattered over the placeholder positions;
+  for Qwen3 also the deepstack features added at the early layers), in `embed_media`, which the
+  engine calls before its next step with every request admitted since: their audio clips go
+  through the audio tower in one call, so requests that arrive together do not encode one by one;
 - every step's hidden-state outputs for the talker, named payloads of [n, hidden] rows:
   `embeds` (`hidden_states[0]`, the input embeddings with multimodal features merged) and `hidden`
   (the layer the talker reads). The prefill output carries the prompt's rows; the output with
@@ -25,6 +27,7 @@ one left with transformers' own experts loop runs eagerly.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -37,6 +40,8 @@ from stages.ar.sequence import Sequence
 from stages.config import StageDeployConfig
 from stages.protocol import StageRequest
 from stages.tensors import from_wire
+
+log = logging.getLogger(__name__)
 
 MM_PAYLOADS = (
     "input_features",
@@ -81,21 +86,63 @@ class ThinkerAdapter:
         seq.position_delta = int(delta.reshape(-1)[0])
         if any(key in inputs for key in ("input_features", "pixel_values", "pixel_values_videos")):
             seq.extra["rope"] = positions[:, 0, :]  # [3, prompt]
-            embeds, visual = self._merged_embeddings(ids, inputs)
+            seq.extra["media"] = (ids, inputs)
+        seq.output_params = talker_position_inputs(prompt_ids, inputs, use_audio_in_video)
+
+    @torch.inference_mode()
+    def embed_media(self, seqs: list[Sequence]) -> list[tuple[Sequence, Exception]]:
+        """Merge the media of newly admitted sequences into their prompt embeddings, their audio
+        encoded together; the sequences whose media failed, with the error (the others go on)."""
+        waiting = [seq for seq in seqs if "media" in seq.extra]
+        audio = self._audio_features_together(waiting)
+        failed = []
+        for seq in waiting:
+            ids, inputs = seq.extra.pop("media")
+            try:
+                embeds, visual = self._merged_embeddings(ids, inputs, audio.get(id(seq)))
+            except Exception as error:  # one request's bad media fails that request only
+                failed.append((seq, error))
+                continue
             seq.embeds_segments = [(0, embeds)]
             if visual is not None:
                 seq.extra["deepstack"] = visual
-        seq.output_params = talker_position_inputs(prompt_ids, inputs, use_audio_in_video)
+        return failed
 
-    def _merged_embeddings(self, ids: torch.Tensor, inputs: dict[str, torch.Tensor]):
-        """Steps 1-2 of the thinker's forward: text embeddings with audio, image and video features
-        scattered over their placeholders; for deepstack models also (visual mask, per-layer features)."""
+    def _audio_features_together(self, seqs: list[Sequence]) -> dict[int, torch.Tensor]:
+        """{id(seq): its audio features} for sequences with audio, from one audio-tower call over all
+        their clips (padded to the longest); empty for fewer than two, or if the joint call fails
+        (each sequence then encodes its own and fails alone)."""
+        with_audio = [seq for seq in seqs if "feature_attention_mask" in seq.extra["media"][1]]
+        if len(with_audio) < 2:
+            return {}
+        features = [seq.extra["media"][1]["input_features"] for seq in with_audio]
+        masks = [seq.extra["media"][1]["feature_attention_mask"] for seq in with_audio]
+        width = max(mask.shape[-1] for mask in masks)
+        try:
+            audio = self.model.get_audio_features(
+                torch.cat([torch.nn.functional.pad(f, (0, width - f.shape[-1])) for f in features]),
+                torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[-1])) for m in masks]),
+                None,
+                return_dict=True,
+            ).last_hidden_state
+            audio_token = self.model.config.audio_token_id
+            rows = [int((seq.extra["media"][0] == audio_token).sum()) for seq in with_audio]
+            return {id(seq): part for seq, part in zip(with_audio, audio.split(rows), strict=True)}
+        except Exception:
+            log.exception("encoding %d audio prompts together failed; encoding each alone", len(with_audio))
+            return {}
+
+    def _merged_embeddings(self, ids: torch.Tensor, inputs: dict[str, torch.Tensor], audio=None):
+        """Steps 1-2 of the thinker's forward: text embeddings with audio (`audio`: the features when
+        already encoded), image and video features scattered over their placeholders; for deepstack
+        models also (visual mask, per-layer features)."""
         thinker = self.model
         embeds = thinker.get_input_embeddings()(ids)
         if "input_features" in inputs:
-            audio = thinker.get_audio_features(
-                inputs["input_features"], inputs.get("feature_attention_mask"), None, return_dict=True
-            ).last_hidden_state
+            if audio is None:
+                audio = thinker.get_audio_features(
+                    inputs["input_features"], inputs.get("feature_attention_mask"), None, return_dict=True
+                ).last_hidden_state
             _, _, audio_mask = thinker.get_placeholder_mask(ids, inputs_embeds=embeds)
             embeds = embeds.masked_scatter(audio_mask, audio.to(embeds.device, embeds.dtype))
         masks, multiscale = [], []

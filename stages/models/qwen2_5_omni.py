@@ -251,8 +251,8 @@ def build_token2wav(model_dir, stage_deploy: StageDeployConfig) -> StageEngine:
         dit_autocast=options.get("token2wav_dit_autocast", "bfloat16" if cuda else None),
         vocoder_autocast=options.get("token2wav_vocoder_autocast"),
         compile_blocks=options.get("token2wav_compile", cuda),
-        compile_vocoder=options.get("token2wav_vocoder_compile", False),
-        block_attention=options.get("token2wav_block_attention", False),
+        compile_vocoder=options.get("token2wav_vocoder_compile", cuda),
+        block_attention=options.get("token2wav_block_attention", cuda),
     )
     policy = window_policy(
         stage_deploy, decoder.seconds_per_frame, decoder.lookahead, decoder.align, 96 if cuda else 192
