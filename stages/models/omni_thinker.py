@@ -103,7 +103,8 @@ class ThinkerAdapter:
             except Exception as error:  # one request's bad media fails that request only
                 failed.append((seq, error))
                 continue
-            seq.embeds_segments = [(0, embeds)]
+            later_chunks = [segment for segment in seq.embeds_segments if segment[0] >= embeds.shape[0]]
+            seq.embeds_segments = [(0, embeds), *later_chunks]
             if visual is not None:
                 seq.extra["deepstack"] = visual
         return failed
