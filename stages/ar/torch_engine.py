@@ -25,9 +25,10 @@ Other model modules (an omni thinker or talker) plug in through a model adapter 
 `stages/ar/model_adapter.py`): load the module with `attn_implementation=ATTENTION_NAME` on its text
 part after `attention.register()`, then `ARTorchEngine(adapter, tokenizer, stage_deploy, eos_token_ids=...)`.
 An adapter with an `admit(seq, request)` method sees each request once it is a `Sequence` (multimodal
-embeddings, rotary tables, params for the first output); one with `embed_media(seqs)` is handed, before
-each step, every sequence admitted since the last one, so it can encode their media in one call. A stage engine that interprets its input
-itself (a talker fed by a thinker) adds parsed sequences with `add_sequence`.
+embeddings, rotary tables, params for the first output); one with `embed_media(seqs)` is handed,
+before each step, every sequence admitted since the last one, so it can encode their media in one
+call. A stage engine that interprets its input itself (a talker fed by a thinker) adds parsed
+sequences with `add_sequence`.
 """
 
 from __future__ import annotations
