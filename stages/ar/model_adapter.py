@@ -27,10 +27,10 @@ embeddings (multimodal features merged), set rotary tables and `position_delta`,
 for the first output. `embed_media` (optional) gets, before each step, the sequences admitted since
 the last one: it sets their prompt embeddings from their media in as few encoder calls as it can
 (the thinker's audio clips in one) and returns those that failed, which fail alone. `observe`
-(optional) sees every step's outputs with the packed `(sequence, first position, count)` list, eager or replayed alike: an adapter that needs a row of
-the final hidden state after the step (a talker's code predictor reads it at the next step) returns
-`last_hidden` [T, hidden] from `forward` and keeps its rows there (copies: a replayed graph's
-outputs are overwritten by the next replay). Decode batches of an always-embedding adapter replay
+(optional) sees every step's outputs with the packed `(sequence, first position, count)` list, eager
+or replayed alike: an adapter that needs a row of the final hidden state after the step (a talker's
+code predictor reads it at the next step) returns `last_hidden` [T, hidden] from `forward` and keeps
+its rows there (copies: a replayed graph's outputs are overwritten by the next replay). Decode batches of an always-embedding adapter replay
 CUDA graphs that read their rows from a static [max_batch, embeds_width] buffer.
 
 Loading such a module: call `stages.ar.attention.register()` first, and give only the autoregressive
