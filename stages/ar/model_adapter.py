@@ -30,8 +30,9 @@ the last one: it sets their prompt embeddings from their media in as few encoder
 (optional) sees every step's outputs with the packed `(sequence, first position, count)` list, eager
 or replayed alike: an adapter that needs a row of the final hidden state after the step (a talker's
 code predictor reads it at the next step) returns `last_hidden` [T, hidden] from `forward` and keeps
-its rows there (copies: a replayed graph's outputs are overwritten by the next replay). Decode batches of an always-embedding adapter replay
-CUDA graphs that read their rows from a static [max_batch, embeds_width] buffer.
+its rows there (copies: a replayed graph's outputs are overwritten by the next replay). Decode
+batches of an always-embedding adapter replay CUDA graphs that read their rows from a static
+[max_batch, embeds_width] buffer.
 
 Loading such a module: call `stages.ar.attention.register()` first, and give only the autoregressive
 text part the paged attention, e.g. `attn_implementation={"text_config": ATTENTION_NAME, "": "sdpa"}`
