@@ -26,7 +26,9 @@ logs each code2wav window's decode time and when it ran, which shows whether cod
 copy runs first and is freed before Omnistage loads (both do not fit at once). `--prompt-tokens N` pads
 the user message to an N-token prompt; `--audio-seconds S` makes it an S-second audio clip instead (as
 a realtime turn's prompt). Every stage's max batch is the largest concurrency; failed
-requests are counted per concurrency. `--py-spy-at N` records, during concurrency N's timed run, which
+requests are counted per concurrency. `--trace-at N` runs one extra round at concurrency N under the
+torch profiler and prints how busy each CUDA stream (each stage steps on its own) was per 250 ms, with
+its costliest kernels: who holds the GPU while first audio waits. `--py-spy-at N` records, during concurrency N's timed run, which
 threads hold the GIL and where (py-spy's raw stacks per thread, to $OUT or the working directory).
 """
 
@@ -36,6 +38,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -189,6 +192,8 @@ async def omnistage_run(args, omni, base: dict | None, messages: list[dict]) -> 
                 await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))
         for concurrency in args.concurrency:
             rounds = max(1, args.repeats if concurrency == 1 else 1)
+            if concurrency == args.trace_at:  # an extra round, not counted: stopping the profiler stalls
+                await traced_round(args, concurrency, asyncio.gather(*(one(-100 - i) for i in range(concurrency))))
             if concurrency == args.py_spy_at:
                 sample_own_threads(args.py_spy, args.py_spy_seconds)
             results, start = [], time.perf_counter()
@@ -233,6 +238,61 @@ TALKER_ENGINES = {"qwen2_5_omni": "stages.models.qwen2_5_talker", "qwen3_omni": 
 """--family -> the module of its talker engine (whose `repetition_penalty` applies when a request sets none)."""
 
 
+async def traced_round(args, concurrency: int, requests) -> None:
+    """One round of requests with a torch profiler over the whole process (every stage's thread and
+    CUDA stream) for its first `--trace-seconds`, then the profile's report. `requests`: the round's
+    gathered requests, which start once this has started the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = args.device.startswith("cuda")
+    profiler = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    stopped = []
+    profiler.start()
+    timer = asyncio.get_running_loop().call_later(args.trace_seconds, lambda: stopped.append(profiler.stop()))
+    await requests
+    timer.cancel()
+    if not stopped:
+        profiler.stop()
+    report_trace(profiler, concurrency, args.trace_seconds)
+
+
+def report_trace(profiler, concurrency: int, seconds: float) -> None:
+    """Print how busy each CUDA stream was in each TRACE_BIN_S of the trace, with its costliest kernels
+    (which say whose it is: every stage's replica thread steps on a stream of its own), and write the
+    chrome trace."""
+    import os
+    from collections import Counter
+
+    from token2wav_windows import write_trace
+    from torch.autograd import DeviceType
+
+    events = profiler.profiler.kineto_results.events()
+    kernels = [event for event in events if event.device_type() == DeviceType.CUDA]
+    origin = min((event.start_ns() for event in events), default=0)
+    bins = max(1, math.ceil(seconds / TRACE_BIN_S))
+    busy: dict[int, list[float]] = {}
+    names: dict[int, Counter] = {}
+    for kernel in kernels:
+        stream = kernel.device_resource_id()
+        index = min(bins - 1, int((kernel.start_ns() - origin) / 1e9 / TRACE_BIN_S))
+        busy.setdefault(stream, [0.0] * bins)[index] += kernel.duration_ns() / 1e9
+        names.setdefault(stream, Counter())[kernel.name()[:32]] += kernel.duration_ns()
+    print(
+        f"trace at {concurrency}: device busy per {TRACE_BIN_S * 1e3:.0f} ms on each CUDA stream, first {seconds:g} s"
+    )
+    for stream, per_bin in sorted(busy.items()):
+        top = ", ".join(name for name, _ in names[stream].most_common(3))
+        print(
+            f"  stream {stream:3d}, {sum(per_bin) * 1e3:6.0f} ms: "
+            + " ".join(f"{b / TRACE_BIN_S:4.0%}" for b in per_bin)
+        )
+        print(f"             costliest kernels: {top}", flush=True)
+    if not busy:
+        print("  no CUDA kernels recorded (a CPU run)", flush=True)
+    trace = write_trace(profiler, Path(os.environ.get("OUT", ".")) / f"omni_trace_c{concurrency}.json")
+    print(f"  chrome trace: {trace} ({trace.stat().st_size / 1e6:.1f} MB)", flush=True)
+
+
 def sample_own_threads(py_spy: str, seconds: float) -> None:
     """Record, in the background, which of this process's threads hold the GIL and where (py-spy, raw
     collapsed stacks per thread to `omni_gil_<pid>.txt` in $OUT or the working directory): the samples
@@ -247,6 +307,7 @@ def sample_own_threads(py_spy: str, seconds: float) -> None:
     print(f"py-spy: {seconds:.0f} s of GIL samples at 200 Hz -> {out}", flush=True)
 
 
+TRACE_BIN_S = 0.25
 MESSAGES = [{"role": "user", "content": "Tell me a short story about the sea."}]
 FILLER = "The old lighthouse keeper watched the grey waves roll in from the north while gulls circled above."
 
@@ -371,6 +432,13 @@ def main() -> None:
         action="store_true",
         help="the talker samples with the platform's defaults for an API request (default: greedy)",
     )
+    parser.add_argument(
+        "--trace-at",
+        type=int,
+        help="before this concurrency's timed run, one extra round under the torch profiler: each CUDA"
+        " stream's busy time per 250 ms and a chrome trace (omni_trace_c<N>.json[.gz] in $OUT or here)",
+    )
+    parser.add_argument("--trace-seconds", type=float, default=3.0, help="how long --trace-at records")
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary for --py-spy-at")
     parser.add_argument("--py-spy-at", type=int, help="sample the GIL's holders during this concurrency's timed run")
     parser.add_argument("--py-spy-seconds", type=float, default=8.0)
