@@ -56,13 +56,15 @@ MODES = {
 }
 SECONDS_PER_FRAME = 0.02
 CATEGORIES = (
-    ("convolution", ("conv", "cudnn", "fprop", "dgrad", "implicit_gemm")),
     ("attention", ("flash", "fmha", "attention", "sdpa", "softmax")),
+    ("convolution", ("conv", "cudnn", "fprop", "dgrad", "implicit_gemm")),
     ("GEMM", ("gemm", "matmul", "cutlass", "sm90", "nvjet", "addmm", "mm")),
 )
 """Device-time categories by substrings of the lower-cased kernel (or CPU op) name, first match wins:
-cuDNN's convolution kernels are implicit GEMMs and fused attention kernels are CUTLASS ones, so those
-two are tried before GEMM; everything else (elementwise, norms, copies) is "other"."""
+cuDNN's fused attention kernels (`cudnn_..._sdpa_..._flash_fprop_...`) also match convolution's
+substrings, so attention is tried first; cuDNN's convolution kernels are implicit GEMMs and fused
+attention kernels are CUTLASS ones, so both are tried before GEMM; everything else (elementwise,
+norms, copies) is "other"."""
 PROFILE_TOP = 15
 TRACE_MAX_BYTES = 8 * 2**20
 
