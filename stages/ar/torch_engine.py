@@ -119,7 +119,8 @@ class ARTorchEngine(StageEngine):
         self.runner = ModelRunner(adapter, self.kv_cache, self.block_manager, self.device)
         self.sampler = Sampler(self.eos_token_ids, self.device)
         self.sequences: dict[str, Sequence] = {}
-        self.admitted: list[Sequence] = []  # since the last step; their media is merged before it
+        self.embed_media = getattr(adapter, "embed_media", None)
+        self.admitted: list[Sequence] = []  # since the last step, for `embed_media`
         self._default_generator = torch.Generator(device=self.device)
         self._default_generator.manual_seed(int(self.options.get("seed", 0)))
         graphs, compile_step = (
@@ -183,7 +184,8 @@ class ARTorchEngine(StageEngine):
             except Exception:
                 self.abort(seq.request_id)
                 raise
-        self.admitted.append(seq)
+        if self.embed_media is not None:
+            self.admitted.append(seq)
 
     def add_sequence(
         self,
@@ -273,12 +275,11 @@ class ARTorchEngine(StageEngine):
     def _embed_admitted_media(self) -> list[StageOutput]:
         """Let the adapter merge the media of every request admitted since the last step, together;
         error outputs for those whose media failed."""
-        admitted, self.admitted = self.admitted, []
-        embed_media = getattr(self.adapter, "embed_media", None)
-        live = [seq for seq in admitted if self.sequences.get(seq.request_id) is seq]
-        if embed_media is None or not live:
+        if not self.admitted:
             return []
-        return [self._fail(seq, error) for seq, error in embed_media(live)]
+        admitted, self.admitted = self.admitted, []
+        live = [seq for seq in admitted if self.sequences.get(seq.request_id) is seq]
+        return [self._fail(seq, error) for seq, error in self.embed_media(live)]
 
     def abort(self, request_id: str) -> None:
         seq = self.sequences.pop(request_id, None)

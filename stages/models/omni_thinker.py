@@ -31,6 +31,7 @@ import logging
 from typing import Any
 
 import torch
+from torch.nn.functional import pad
 
 from stages.ar.attention import use_paged_attention
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
@@ -93,11 +94,10 @@ class ThinkerAdapter:
     def embed_media(self, seqs: list[Sequence]) -> list[tuple[Sequence, Exception]]:
         """Merge the media of newly admitted sequences into their prompt embeddings, their audio
         encoded together; the sequences whose media failed, with the error (the others go on)."""
-        waiting = [seq for seq in seqs if "media" in seq.extra]
+        waiting = [(seq, *seq.extra.pop("media")) for seq in seqs if "media" in seq.extra]
         audio = self._audio_features_together(waiting)
         failed = []
-        for seq in waiting:
-            ids, inputs = seq.extra.pop("media")
+        for seq, ids, inputs in waiting:
             try:
                 embeds, visual = self._merged_embeddings(ids, inputs, audio.get(id(seq)))
             except Exception as error:  # one request's bad media fails that request only
@@ -109,26 +109,28 @@ class ThinkerAdapter:
                 seq.extra["deepstack"] = visual
         return failed
 
-    def _audio_features_together(self, seqs: list[Sequence]) -> dict[int, torch.Tensor]:
-        """{id(seq): its audio features} for sequences with audio, from one audio-tower call over all
-        their clips (padded to the longest); empty for fewer than two, or if the joint call fails
-        (each sequence then encodes its own and fails alone)."""
-        with_audio = [seq for seq in seqs if "feature_attention_mask" in seq.extra["media"][1]]
+    def _audio_features_together(self, waiting: list[tuple[Sequence, torch.Tensor, dict]]) -> dict[int, torch.Tensor]:
+        """{id(seq): its audio features} for the (sequence, prompt ids, media) with audio, from one
+        audio-tower call over all their clips (padded to the longest); empty for fewer than two, or if
+        the joint call fails (each sequence then encodes its own and fails alone)."""
+        with_audio = [(seq, ids, inputs) for seq, ids, inputs in waiting if "feature_attention_mask" in inputs]
         if len(with_audio) < 2:
             return {}
-        features = [seq.extra["media"][1]["input_features"] for seq in with_audio]
-        masks = [seq.extra["media"][1]["feature_attention_mask"] for seq in with_audio]
+        masks = [inputs["feature_attention_mask"] for _, _, inputs in with_audio]
         width = max(mask.shape[-1] for mask in masks)
+        padded = [
+            (pad(inputs["input_features"], (0, width - mask.shape[-1])), pad(mask, (0, width - mask.shape[-1])))
+            for (_, _, inputs), mask in zip(with_audio, masks, strict=True)
+        ]
         try:
             audio = self.model.get_audio_features(
-                torch.cat([torch.nn.functional.pad(f, (0, width - f.shape[-1])) for f in features]),
-                torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[-1])) for m in masks]),
+                torch.cat([features for features, _ in padded]),
+                torch.cat([mask for _, mask in padded]),
                 None,
                 return_dict=True,
             ).last_hidden_state
-            audio_token = self.model.config.audio_token_id
-            rows = [int((seq.extra["media"][0] == audio_token).sum()) for seq in with_audio]
-            return {id(seq): part for seq, part in zip(with_audio, audio.split(rows), strict=True)}
+            rows = [int((ids == self.model.config.audio_token_id).sum()) for _, ids, _ in with_audio]
+            return {id(seq): part for (seq, _, _), part in zip(with_audio, audio.split(rows), strict=True)}
         except Exception:
             log.exception("encoding %d audio prompts together failed; encoding each alone", len(with_audio))
             return {}
