@@ -124,10 +124,10 @@ class Token2WavDecoder:
         self.dit_autocast = _autocast_dtype(dit_autocast, "token2wav_dit_autocast")
         self.vocoder_autocast = _autocast_dtype(vocoder_autocast, "token2wav_vocoder_autocast")
         self.compiled_blocks = _switch(compile_blocks, "token2wav_compile")
-        if compile_blocks:
+        if self.compiled_blocks:
             compile_dit_blocks(self.dit)
         self.compiled_vocoder = _switch(compile_vocoder, "token2wav_vocoder_compile")
-        if compile_vocoder:
+        if self.compiled_vocoder:
             fuse_activations(self.bigvgan)
         if _switch(block_attention, "token2wav_block_attention"):
             use_block_attention(self.dit)
