@@ -443,6 +443,11 @@ def main() -> None:
     parser.add_argument("--py-spy-at", type=int, help="sample the GIL's holders during this concurrency's timed run")
     parser.add_argument("--py-spy-seconds", type=float, default=8.0)
     parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="the interpreter's GIL switch interval in seconds (sys.setswitchinterval; Python's default 0.005)",
+    )
+    parser.add_argument(
         "--model-dir",
         help="keep the checkpoint (tiny, or the real-shape configs) under this folder for later runs (default: a temp dir)",
     )
@@ -459,6 +464,8 @@ def main() -> None:
     from stages.omni import AsyncOmni
 
     torch.set_num_threads(args.threads)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)

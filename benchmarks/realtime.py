@@ -274,12 +274,14 @@ class Figures:
     after_speech: list[float] = field(default_factory=list)
     after_stop: list[float] = field(default_factory=list)
     first_turn_after_stop: list[float] = field(default_factory=list)  # one user clip in the prompt, as the baseline
+    after_stop_by_turn: dict[int, list[float]] = field(default_factory=dict)
     rtf: list[float] = field(default_factory=list)
 
     def add(self, turn: Turn, index: int) -> None:
         self.after_speech.append(turn.first_audio - turn.end_of_speech)
         if turn.speech_stopped is not None:
             self.after_stop.append(turn.first_audio - turn.speech_stopped)
+            self.after_stop_by_turn.setdefault(index, []).append(turn.first_audio - turn.speech_stopped)
             if index == 0:
                 self.first_turn_after_stop.append(turn.first_audio - turn.speech_stopped)
         audio_s = turn.audio_bytes / 2 / RATE
@@ -355,6 +357,12 @@ def report(rows: list[Row], speech: np.ndarray, args) -> None:
               f"{ms(percentile(f.after_stop, 0.95))} | {ms(first_p50):>17s} | {ms(base_p50):>19s} | "
               f"{first_p50 / base_p50:4.2f}x | {percentile(f.rtf, 0.5):7.2f} | {row.held:2d}/{row.sessions:<2d} | "
               f"{row.wall_s:6.1f}")  # fmt: skip
+    for row in rows:
+        by_turn = sorted(row.figures.after_stop_by_turn.items())
+        print(
+            f"{row.target:14s} {row.sessions:5d} | (B) p50 ms by turn: "
+            + ", ".join(f"{index + 1}: {ms(percentile(times, 0.5)).strip()}" for index, times in by_turn)
+        )
 
 
 def measure(platform: Platform, name: str, deployment, speech, args) -> list[Row]:
