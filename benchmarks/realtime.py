@@ -37,7 +37,8 @@ Per turn, at the client:
 - after speech_stopped: from receiving the server's `input_audio_buffer.speech_stopped` to
   the first `response.output_audio.delta`;
 - RTF: response.created -> response.done, over the seconds of audio received.
-"Held" counts the sessions that did every turn with no `error` event and no failure.
+"Held" counts the sessions that did every turn with no `error` event and no failure. A last line per
+row gives the p50 after speech_stopped of each turn (1, 2, ...: later turns carry more history).
 The baseline, measured in the same run: `serve()` straight to the orchestrator with the
 same prompt and sampling, time to the first audio chunk (TTFP), N requests at once.
 """
