@@ -30,6 +30,8 @@ requests are counted per concurrency. `--trace-at N` runs one extra round at con
 torch profiler and prints how busy each CUDA stream (each stage steps on its own) was per 250 ms, with
 its costliest kernels: who holds the GPU while first audio waits. `--py-spy-at N` records, during concurrency N's timed run, which
 threads hold the GIL and where (py-spy's raw stacks per thread, to $OUT or the working directory).
+`--step-log` times every thinker and talker step by how it ran, graph replay or eager
+(benchmarks/step_log.py), and lists each step of a round's first 2 s.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import step_log  # noqa: E402 - beside this script
 
 
 def model_dir_for(args, root: Path) -> Path:
@@ -141,6 +145,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "max_batch": batch,
         "max_length": 1024 if args.prompt_tokens + n_text + n_codes < 900 else 4096,
         "kv_memory_mb": 4096 if args.device.startswith("cuda") else 256,
+        **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
     }
     code2wav = {
         "device": args.device,
@@ -200,6 +205,8 @@ async def omnistage_run(args, omni, base: dict | None, messages: list[dict]) -> 
             for _ in range(rounds):
                 results += await asyncio.gather(*(one(i) for i in range(concurrency)))
             ours = summary(f"omnistage concurrency {concurrency}", results, time.perf_counter() - start)
+            if args.step_log:
+                step_log.report(start)
             if base:
                 print(f"{'':28s} throughput vs transformers: {ours['rps'] / base['rps']:.2f}x", flush=True)
 
@@ -443,6 +450,15 @@ def main() -> None:
     parser.add_argument("--py-spy-at", type=int, help="sample the GIL's holders during this concurrency's timed run")
     parser.add_argument("--py-spy-seconds", type=float, default=8.0)
     parser.add_argument(
+        "--prefill-chunk", type=int, help="the thinker's and talker's prompt tokens per step (default: the stage's)"
+    )
+    parser.add_argument(
+        "--step-log",
+        action="store_true",
+        help="time every thinker and talker step by how it ran (graph replay or eager) and list each of a round's"
+        " first 2 s (benchmarks/step_log.py)",
+    )
+    parser.add_argument(
         "--switch-interval",
         type=float,
         help="the interpreter's GIL switch interval in seconds (sys.setswitchinterval; Python's default 0.005)",
@@ -466,6 +482,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
+    if args.step_log:
+        step_log.record()
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)
