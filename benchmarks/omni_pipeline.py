@@ -459,6 +459,11 @@ def main() -> None:
         " first 2 s (benchmarks/step_log.py)",
     )
     parser.add_argument(
+        "--no-cudnn-attention",
+        action="store_true",
+        help="take cuDNN out of SDPA's kernels for the whole process (torch.backends.cuda.enable_cudnn_sdp(False))",
+    )
+    parser.add_argument(
         "--switch-interval",
         type=float,
         help="the interpreter's GIL switch interval in seconds (sys.setswitchinterval; Python's default 0.005)",
@@ -484,6 +489,8 @@ def main() -> None:
         sys.setswitchinterval(args.switch_interval)
     if args.step_log:
         step_log.record()
+    if args.no_cudnn_attention:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)
