@@ -122,17 +122,15 @@ def _decode_attention(queries, keys, values, batch: AttentionBatch, groups: int,
 
 
 def _prefill_attention(queries, keys, values, chunk: PrefillChunk, groups: int, scaling, block_size) -> torch.Tensor:
-    """One chunk's causal attention over its cached prefix. The tensors get a batch dimension of one:
-    SDPA's fused kernels take only 4-D inputs and would fall back to float32 matmuls and softmax."""
-    q = queries[None, :, chunk.query_start : chunk.query_start + chunk.query_len]  # [1, H, q, D]
+    q = queries[:, chunk.query_start : chunk.query_start + chunk.query_len]  # [H, q, D]
     k = _context(keys, chunk, block_size).transpose(0, 1)  # [KVH, ctx, D]
     v = _context(values, chunk, block_size).transpose(0, 1)
-    k, v = _expand_heads(k, groups)[None], _expand_heads(v, groups)[None]  # [1, H, ctx, D]
+    k, v = _expand_heads(k, groups), _expand_heads(v, groups)  # [H, ctx, D]
     if chunk.mask is None:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, scale=scaling)
-    return out[0].transpose(0, 1)  # [q, H, D]
+    return out.transpose(0, 1)  # [q, H, D]
 
 
 def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
