@@ -28,7 +28,8 @@ the user message to an N-token prompt; `--audio-seconds S` makes it an S-second 
 a realtime turn's prompt). Every stage's max batch is the largest concurrency; failed
 requests are counted per concurrency. `--trace-at N` runs one extra round at concurrency N under the
 torch profiler and prints how busy each CUDA stream (each stage steps on its own) was per 250 ms, with
-its costliest kernels: who holds the GPU while first audio waits. `--py-spy-at N` records, during concurrency N's timed run, which
+its costliest kernels: who holds the GPU while first audio waits, then what each host thread did with the
+CUDA runtime (benchmarks/trace_threads.py). `--py-spy-at N` records, during concurrency N's timed run, which
 threads hold the GIL and where (py-spy's raw stacks per thread, to $OUT or the working directory).
 `--step-log` times every thinker and talker step by how it ran, graph replay or eager
 (benchmarks/step_log.py), and lists each step of a round's first 2 s.
@@ -272,6 +273,7 @@ def report_trace(profiler, concurrency: int, seconds: float) -> None:
 
     from token2wav_windows import write_trace
     from torch.autograd import DeviceType
+    from trace_threads import thread_report
 
     events = profiler.profiler.kineto_results.events()
     kernels = [event for event in events if event.device_type() == DeviceType.CUDA]
@@ -298,6 +300,8 @@ def report_trace(profiler, concurrency: int, seconds: float) -> None:
         print("  no CUDA kernels recorded (a CPU run)", flush=True)
     trace = write_trace(profiler, Path(os.environ.get("OUT", ".")) / f"omni_trace_c{concurrency}.json")
     print(f"  chrome trace: {trace} ({trace.stat().st_size / 1e6:.1f} MB)", flush=True)
+    if busy:
+        print("  host threads (benchmarks/trace_threads.py):\n" + "\n".join(thread_report(trace)), flush=True)
 
 
 def sample_own_threads(py_spy: str, seconds: float) -> None:
