@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from control_plane.deployments.heartbeats import live_pools, replica_statuses
@@ -262,10 +263,13 @@ def _failure_reason(replica: Replica) -> str:
 
 
 def warmup_succeeded(deployment_id) -> None:
-    if transition(Deployment, deployment_id, [S.WARMING], S.RUNNING, state_reason="", warmup_attempts=0):
-        warming = Replica.objects.filter(deployment_id=deployment_id, state=S.WARMING).values_list("pk", flat=True)
-        for replica_id in warming:
-            transition(Replica, replica_id, [S.WARMING], S.RUNNING)
+    """The deployment and its warming replicas RUNNING in one transaction: no reader sees a running
+    deployment whose replicas still warm up."""
+    with transaction.atomic():
+        if transition(Deployment, deployment_id, [S.WARMING], S.RUNNING, state_reason="", warmup_attempts=0):
+            warming = Replica.objects.filter(deployment_id=deployment_id, state=S.WARMING).values_list("pk", flat=True)
+            for replica_id in warming:
+                transition(Replica, replica_id, [S.WARMING], S.RUNNING)
 
 
 def warmup_failed(deployment_id, message: str) -> None:
