@@ -273,18 +273,18 @@ async def baseline(deployment, redis_url: str, messages: list[dict], concurrent:
 @dataclass
 class Figures:
     after_speech: list[float] = field(default_factory=list)
-    after_stop: list[float] = field(default_factory=list)
-    first_turn_after_stop: list[float] = field(default_factory=list)  # one user clip in the prompt, as the baseline
     after_stop_by_turn: dict[int, list[float]] = field(default_factory=dict)
+    """turn index -> after speech_stopped; turn 0's prompt holds one user clip, as the baseline's."""
     rtf: list[float] = field(default_factory=list)
+
+    @property
+    def after_stop(self) -> list[float]:
+        return [value for times in self.after_stop_by_turn.values() for value in times]
 
     def add(self, turn: Turn, index: int) -> None:
         self.after_speech.append(turn.first_audio - turn.end_of_speech)
         if turn.speech_stopped is not None:
-            self.after_stop.append(turn.first_audio - turn.speech_stopped)
             self.after_stop_by_turn.setdefault(index, []).append(turn.first_audio - turn.speech_stopped)
-            if index == 0:
-                self.first_turn_after_stop.append(turn.first_audio - turn.speech_stopped)
         audio_s = turn.audio_bytes / 2 / RATE
         if audio_s > 0 and turn.created is not None:
             self.rtf.append((turn.done - turn.created) / audio_s)
@@ -352,7 +352,7 @@ def report(rows: list[Row], speech: np.ndarray, args) -> None:
           "| ratio | RTF p50 | held  | wall s")  # fmt: skip
     for row in rows:
         f = row.figures
-        base_p50, first_p50 = percentile(row.baseline, 0.5), percentile(f.first_turn_after_stop, 0.5)
+        base_p50, first_p50 = percentile(row.baseline, 0.5), percentile(f.after_stop_by_turn.get(0, []), 0.5)
         print(f"{row.target:14s} {row.sessions:5d} | {ms(percentile(f.after_speech, 0.5))} / "
               f"{ms(percentile(f.after_speech, 0.95))} | {ms(percentile(f.after_stop, 0.5))} / "
               f"{ms(percentile(f.after_stop, 0.95))} | {ms(first_p50):>17s} | {ms(base_p50):>19s} | "

@@ -25,7 +25,7 @@ class Step:
     decodes: int
     prompt_tokens: int
     path: str
-    """"graph" or "eager"; "none" when nothing was scheduled."""
+    """"graph" or "eager" (steps that scheduled nothing are not recorded)."""
 
 
 STEPS: list[Step] = []
