@@ -463,6 +463,11 @@ def main() -> None:
         " first 2 s (benchmarks/step_log.py)",
     )
     parser.add_argument(
+        "--no-split-steps",
+        action="store_true",
+        help="a step that admits a prompt runs all its rows eagerly (ModelRunner.split_mixed_steps off)",
+    )
+    parser.add_argument(
         "--no-cudnn-attention",
         action="store_true",
         help="take cuDNN out of SDPA's kernels for the whole process (torch.backends.cuda.enable_cudnn_sdp(False))",
@@ -495,6 +500,10 @@ def main() -> None:
         step_log.record()
     if args.no_cudnn_attention:
         torch.backends.cuda.enable_cudnn_sdp(False)
+    if args.no_split_steps:
+        from stages.ar.model_runner import ModelRunner
+
+        ModelRunner.split_mixed_steps = False
     deploy = deploy_config(args, args.text, args.codes)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.model_dir) if args.model_dir else Path(tmp)

@@ -1,10 +1,10 @@
 """Every autoregressive engine step of a run, timed on the host, by how it ran.
 
-`record()` wraps `ARTorchEngine.step` and `ModelRunner`'s two forward paths for the rest of the
-process (benchmarks only): each step of each engine becomes a `Step` with its thread (a replica
-thread is named for its stage), its wall time (sampling and the host sync it waits for included),
-how many decodes and prompt tokens it computed, and whether its forward replayed the decode graph
-or ran eagerly (a step that admits a prompt always runs eagerly). `report()` prints, per stage, the
+`record()` wraps `ARTorchEngine.step` and `ModelRunner.run` for the rest of the process
+(benchmarks only): each step of each engine becomes a `Step` with its thread (a replica thread is
+named for its stage), its wall time (sampling and the host sync it waits for included), how many
+decodes and prompt tokens it computed, and how its forward ran: the decode graph replayed, split
+(decodes replayed, prompt chunks eager) or all eager. `report()` prints, per stage, the
 steps of each kind with their mean and p50 time and, for the first seconds of a round, each step in
 order: what a request's first frame waits for when many arrive at once.
 """
@@ -25,11 +25,11 @@ class Step:
     decodes: int
     prompt_tokens: int
     path: str
-    """"graph" or "eager" (steps that scheduled nothing are not recorded)."""
+    """`ModelRunner.last_path`: "graph", "split" or "eager" (steps that scheduled nothing are not recorded)."""
 
 
 STEPS: list[Step] = []
-_path = threading.local()
+_step = threading.local()
 
 
 def record() -> None:
@@ -39,36 +39,25 @@ def record() -> None:
 
     if getattr(ARTorchEngine.step, "_step_log", False):
         return
-    engine_step, run_graph, run_eager = ARTorchEngine.step, ModelRunner._run_graph, ModelRunner._run_eager
+    engine_step, runner_run = ARTorchEngine.step, ModelRunner.run
 
     def step(engine):
-        _path.value, _path.work = "none", (0, 0)
+        _step.ran = None
         began = time.perf_counter()
         outputs = engine_step(engine)
-        if _path.value != "none":
-            decodes, tokens = _path.work
-            STEPS.append(
-                Step(
-                    threading.current_thread().name,
-                    began,
-                    time.perf_counter() - began,
-                    decodes,
-                    tokens - decodes,
-                    _path.value,
-                )
-            )
+        if _step.ran is not None:
+            decodes, tokens, path = _step.ran
+            seconds = time.perf_counter() - began
+            STEPS.append(Step(threading.current_thread().name, began, seconds, decodes, tokens - decodes, path))
         return outputs
 
-    def graph(runner, packed, *args, **kwargs):
-        _path.value, _path.work = "graph", (len(packed.owners), len(packed.token_ids))
-        return run_graph(runner, packed, *args, **kwargs)
-
-    def eager(runner, packed, num_decodes, *args, **kwargs):
-        _path.value, _path.work = "eager", (num_decodes, len(packed.token_ids))
-        return run_eager(runner, packed, num_decodes, *args, **kwargs)
+    def run(runner, batch):
+        result = runner_run(runner, batch)
+        _step.ran = (batch.num_decodes, batch.num_tokens, runner.last_path)
+        return result
 
     step._step_log = True
-    ARTorchEngine.step, ModelRunner._run_graph, ModelRunner._run_eager = step, graph, eager
+    ARTorchEngine.step, ModelRunner.run = step, run
 
 
 def report(since: float, first_seconds: float = 2.0) -> None:
@@ -78,7 +67,7 @@ def report(since: float, first_seconds: float = 2.0) -> None:
     for thread in sorted({step.thread for step in steps}):
         mine = [step for step in steps if step.thread == thread]
         kinds = []
-        for kind in ("graph", "eager"):
+        for kind in ("graph", "split", "eager"):
             times = [step.seconds * 1e3 for step in mine if step.path == kind]
             if times:
                 kinds.append(

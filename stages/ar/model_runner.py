@@ -4,9 +4,12 @@ All scheduled tokens are packed into one row: the single-token work first (the b
 group of the paged attention), then each prompt chunk. Only the rows that sample (the last row of
 a sequence whose known tokens are then all computed and whose input is complete) get logits.
 Positions are token indices plus the sequence's `position_delta` (M-RoPE models; an adapter may
-rewrite prompt positions). On CUDA, decode-only batches replay a captured graph (see
+rewrite prompt positions). On CUDA, decode batches replay a captured graph (see
 `cuda_graphs.DecodeGraphs`); for an adapter that always embeds (a talker), the embeddings are
-computed eagerly and the graph takes them from its static buffer.
+computed eagerly and the graph takes them from its static buffer. A step that also computes prompt
+chunks runs in two forwards: the decodes replay their graph, the chunks run eagerly after them
+(`last_path` "split"). Under load requests arrive all the time, and one eager forward for the
+whole step would cost every running request an eager decode whenever anyone is admitted.
 """
 
 from __future__ import annotations
@@ -43,12 +46,17 @@ class _Packed:
 
 
 class ModelRunner:
+    split_mixed_steps = True
+    """Decodes replay their graph beside an eager forward of the step's prompt chunks (see above)."""
+
     def __init__(self, adapter, kv_cache: PagedKVCache, block_manager: BlockManager, device: torch.device):
         self.adapter = adapter
         self.kv_cache = kv_cache
         self.block_manager = block_manager
         self.device = device
         self.graphs = None
+        self.last_path = "none"
+        """How the last step ran: "graph", "eager" or "split"."""
 
     def enable_cuda_graphs(self, max_batch: int, max_context: int, capture: bool = True, compile: bool = False) -> None:
         from stages.ar.cuda_graphs import DecodeGraphs
@@ -64,15 +72,14 @@ class ModelRunner:
         num_decodes = batch.num_decodes
         packed = self._pack(batch, num_decodes)
         wants_hidden = any(seq.hidden_layers for seq, _, _ in packed.owners)
-        needs_embeds = self.adapter.always_embed or any(
-            seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in packed.owners
-        )
-        decode_only = num_decodes == len(batch.work)
-        graph_ready = self.graphs is not None and decode_only and self.graphs.fits(num_decodes)
-        if graph_ready and (self.graphs.takes_embeds or not needs_embeds):
-            outputs = self._run_graph(packed, wants_hidden)
+        if self._decodes_replay(packed, num_decodes):
+            if num_decodes == len(packed.owners):
+                self.last_path, outputs = "graph", self._run_graph(packed, wants_hidden)
+            else:
+                self.last_path, outputs = "split", self._run_split(packed, num_decodes, wants_hidden)
         else:
-            outputs = self._run_eager(packed, num_decodes, wants_hidden, needs_embeds)
+            needs_embeds = self._needs_embeds(packed.owners)
+            self.last_path, outputs = "eager", self._run_eager(packed, num_decodes, wants_hidden, needs_embeds)
         observe = getattr(self.adapter, "observe", None)
         if observe is not None:
             observe(packed.owners, outputs)
@@ -80,6 +87,25 @@ class ModelRunner:
         if wants_hidden:
             result.hidden = self._hidden_rows(packed, outputs.hidden_states)
         return result
+
+    def _decodes_replay(self, packed: _Packed, num_decodes: int) -> bool:
+        """Whether this step's decodes run through the graph step (alone, or split from its prompt chunks)."""
+        if self.graphs is None or not num_decodes or not self.graphs.fits(num_decodes):
+            return False
+        if num_decodes < len(packed.owners) and not self.split_mixed_steps:
+            return False
+        return self.graphs.takes_embeds or not self._needs_embeds(packed.owners[:num_decodes])
+
+    def _needs_embeds(self, owners) -> bool:
+        return self.adapter.always_embed or any(
+            seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in owners
+        )
+
+    def _run_split(self, packed: _Packed, num_decodes: int, wants_hidden: bool) -> ModelOutputs:
+        decodes, prompts = _split(packed, num_decodes)
+        first = self._run_graph(decodes, wants_hidden)
+        second = self._run_eager(prompts, 0, wants_hidden, self._needs_embeds(prompts.owners))
+        return _concat(first, second)
 
     def _pack(self, batch: ScheduledBatch, num_decodes: int) -> _Packed:
         """The single-token work (first in `batch.work`) in bulk, then each prompt chunk."""
@@ -217,3 +243,36 @@ class ModelRunner:
             id(seq): (first, part.view(len(seq.hidden_layers), count, width))
             for (seq, first, count), part in zip(wanted, parts, strict=True)
         }
+
+
+def _split(packed: _Packed, num_decodes: int) -> tuple[_Packed, _Packed]:
+    """The decode rows (the first `num_decodes`) and the prompt chunks, each packed from row 0."""
+    sampled = sum(1 for row in packed.logits_rows if row < num_decodes)
+    decodes = _Packed(
+        token_ids=packed.token_ids[:num_decodes],
+        positions=packed.positions[:num_decodes],
+        slots=packed.slots[:num_decodes],
+        owners=packed.owners[:num_decodes],
+        logits_rows=packed.logits_rows[:sampled],
+        sampling=packed.sampling[:sampled],
+    )
+    prompts = _Packed(
+        token_ids=packed.token_ids[num_decodes:],
+        positions=packed.positions[num_decodes:],
+        slots=packed.slots[num_decodes:],
+        owners=packed.owners[num_decodes:],
+        logits_rows=[row - num_decodes for row in packed.logits_rows[sampled:]],
+        sampling=packed.sampling[sampled:],
+    )
+    return decodes, prompts
+
+
+def _concat(first: ModelOutputs, second: ModelOutputs) -> ModelOutputs:
+    """Two forwards' outputs as one step's, rows in packing order (copies: a replayed graph's are reused)."""
+    hidden = None
+    if first.hidden_states is not None and second.hidden_states is not None:
+        hidden = tuple(torch.cat(pair) for pair in zip(first.hidden_states, second.hidden_states, strict=True))
+    last = None
+    if first.last_hidden is not None and second.last_hidden is not None:
+        last = torch.cat([first.last_hidden, second.last_hidden])
+    return ModelOutputs(logits=torch.cat([first.logits, second.logits]), hidden_states=hidden, last_hidden=last)
