@@ -29,7 +29,7 @@ RESOLVE_S = 10.0
 def deploy_on_both(stack: HostsStack, name: str, omni_dir: str) -> dict:
     stack.deploy(name, "qwen2_5_omni", omni_dir, QUEUED)
     running = stack.wait_state(name, "RUNNING", timeout=900)
-    running["replicas"] = all_running(stack, name)  # warmed up through one replica per stage: wait for all
+    running["replicas"] = stack.all_running(name, per_host=3)
     return running
 
 
@@ -107,16 +107,3 @@ def took_work(stack: HostsStack, name: str, host: str) -> int:
         if replica["stage"] == "thinker" and replica["host"] == host:
             return int((replica["transfers"] or {}).get("shm.put", {}).get("count", 0))
     return 0
-
-
-def all_running(stack: HostsStack, name: str) -> list[dict]:
-    """Every replica RUNNING, three on each host."""
-
-    def running():
-        replicas = stack.replicas(name)
-        ok = all(r["state"] == "RUNNING" for r in replicas) and sorted(r["host"] for r in replicas) == (
-            ["host-a"] * 3 + ["host-b"] * 3
-        )
-        return replicas if ok else None
-
-    return wait_for(running, timeout=600, interval=0.5, what="every replica RUNNING")

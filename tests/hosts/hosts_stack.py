@@ -150,6 +150,21 @@ class HostsStack:
     def replicas(self, name: str) -> list[dict]:
         return self.api("GET", f"/api/replicas/?deployment={name}").json()
 
+    def all_running(self, name: str, per_host: int) -> list[dict]:
+        """The deployment's replicas once every one is RUNNING, `per_host` on each host. A deployment
+        runs as soon as each stage has a replica warmed up, while others may still be loading."""
+
+        def running():
+            replicas = self.replicas(name)
+            hosts = sorted(r["host"] for r in replicas)
+            ok = (
+                all(r["state"] == "RUNNING" for r in replicas)
+                and hosts == ["host-a"] * per_host + ["host-b"] * per_host
+            )
+            return replicas if ok else None
+
+        return wait_for(running, timeout=600, interval=0.5, what="every replica RUNNING")
+
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-5000:]}" for log in self.tmp.glob("*.log"))
 

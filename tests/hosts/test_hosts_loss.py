@@ -10,7 +10,6 @@ import time
 import pytest
 from host_failures import (
     RESOLVE_S,
-    all_running,
     burst,
     check_outcomes,
     deploy_on_both,
@@ -54,7 +53,7 @@ def test_a_host_killed_mid_request_reroutes_or_fails_its_requests_and_rejoins(ho
         wait_for(lambda: nothing_pending(stack, deployment_id, on_a), timeout=30, what="nothing left in flight")
 
         stack.start_host("b")
-        replicas = all_running(stack, "loss")
+        replicas = stack.all_running("loss", per_host=3)
         assert all(r["restarts"] >= 1 for r in replicas if r["host"] == "host-b")
         before = took_work(stack, "loss", "host-b")  # its new process's count
         again = burst(log)

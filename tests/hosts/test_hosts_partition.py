@@ -11,7 +11,6 @@ import time
 import pytest
 from host_failures import (
     RESOLVE_S,
-    all_running,
     burst,
     check_outcomes,
     deploy_on_both,
@@ -54,7 +53,7 @@ def test_a_partitioned_host_loses_its_requests_cleanly_and_answers_none_twice_af
         finally:
             stack.bed.heal("b")
 
-        replicas = all_running(stack, "split-brain")
+        replicas = stack.all_running("split-brain", per_host=3)
         before = took_work(stack, "split-brain", "host-b")
         again = burst(log)
         log.wait_ended(again, timeout=600)

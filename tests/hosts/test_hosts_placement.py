@@ -82,8 +82,8 @@ def test_thinker_on_one_host_and_talker_with_code2wav_on_the_other(hosts_stack, 
 def test_every_stage_on_both_hosts_keeps_each_request_on_one_host_in_shared_memory(hosts_stack, omni_dir):
     stack = hosts_stack
     created = stack.deploy("spread", "qwen2_5_omni", omni_dir, SPREAD)
-    running = stack.wait_state("spread", "RUNNING", timeout=900)
-    placed = sorted((r["stage"], r["pool"], r["host"]) for r in running["replicas"])
+    stack.wait_state("spread", "RUNNING", timeout=900)
+    placed = sorted((r["stage"], r["pool"], r["host"]) for r in stack.all_running("spread", per_host=3))
     assert placed == sorted(
         (stage, f"cpu.{host}", f"host-{host}") for stage in ("thinker", "talker", "code2wav") for host in "ab"
     )
