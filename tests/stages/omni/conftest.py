@@ -94,9 +94,11 @@ def run_chain(
     requests: list[StageRequest],
     talker_sampling: SamplingParams,
     deploy_overrides: dict | None = None,
+    arrive_at: dict[str, int] | None = None,
 ) -> dict[str, dict]:
     """The family's three stage engines driven in one loop, outputs forwarded chunk by chunk the way the
-    orchestrator forwards them (stages.orchestrator.forwarding). Returns per request: tokens, codes, audio."""
+    orchestrator forwards them (stages.orchestrator.forwarding). A request arrives at the loop's turn
+    `arrive_at[request_id]` (default 0). Returns per request: tokens, codes, audio."""
     from stages.config import StageDeployConfig
     from stages.models import get_family, load_stage_engine
 
@@ -106,9 +108,13 @@ def run_chain(
     engines = [load_stage_engine(family, stage.name, model_dir, deploy, pipeline) for stage in pipeline.stages]
     results = {r.request_id: {"tokens": [], "codes": [], "audio": [], "errors": []} for r in requests}
     seqs: dict[tuple[str, int], int] = {}
-    for request in requests:
-        engines[0].add_request(request)
-    while any(engine.has_unfinished() for engine in engines):
+    arrivals = {request.request_id: (arrive_at or {}).get(request.request_id, 0) for request in requests}
+    turn = 0
+    while turn <= max(arrivals.values()) or any(engine.has_unfinished() for engine in engines):
+        for request in requests:
+            if arrivals[request.request_id] == turn:
+                engines[0].add_request(request)
+        turn += 1
         for stage_id, engine in enumerate(engines):
             for output in engine.step():
                 result = results[output.request_id]

@@ -84,6 +84,41 @@ def test_omni_stage_chain_codes_equal_transformers(omni_models, references, fami
     assert _close(result["audio"], reference["wav"])
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+def test_a_request_arriving_mid_decode_leaves_both_equal_to_transformers(omni_models, references, family, monkeypatch):
+    """The second request's prompts reach the thinker and the talker while the first decodes: those
+    steps replay the decodes through the graph step and run the prompt chunks eagerly beside them."""
+    from stages.ar.model_runner import ModelRunner
+
+    paths: list[tuple[str, str]] = []
+    run = ModelRunner.run
+
+    def recording_run(runner, batch):
+        result = run(runner, batch)
+        paths.append((type(runner.adapter).__name__, runner.last_path))
+        return result
+
+    monkeypatch.setattr(ModelRunner, "run", recording_run)
+    reference = references[family]
+    requests = [
+        StageRequest(
+            request_id=request_id,
+            messages=MESSAGES,
+            sampling=SamplingParams(temperature=0, max_tokens=N_TEXT, stop_token_ids=[151645]),
+        )
+        for request_id in ("first", "second")
+    ]
+    deploy = {**CHUNKS[family], "max_batch": 4, "options": GRAPH_OPTIONS["uncaptured"]}
+    talker = SamplingParams(temperature=0, max_tokens=N_CODES)
+    results = run_chain(family, omni_models[family], requests, talker, deploy, arrive_at={"second": 4})
+    for result in results.values():
+        assert result["tokens"] == reference["tokens"]
+        assert result["codes"] == reference["codes"]
+        assert _close(result["audio"], reference["wav"])
+    split_in = {adapter for adapter, path in paths if path == "split"}
+    assert len(split_in) == 2, paths  # the thinker's and the talker's
+
+
 @pytest.mark.parametrize(("family", "with_image"), [("qwen2_5_omni", False), ("qwen3_omni", True)])
 def test_omni_audio_image_prompt_equals_transformers(omni_models, family, with_image):
     """Qwen2.5-Omni is checked with audio only: transformers 5.19's own generate(return_audio=True) cannot
