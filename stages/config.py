@@ -165,7 +165,9 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     the model from the directory's configs on its device and fills every weight with seeded random
     values, reading no weight file (a config-only directory serves; `options.dummy_seed`, default 0)."""
     kv_memory_mb: int = 256
-    prefill_chunk: int = 512
+    prefill_chunk: int | None = None
+    """Prompt tokens an autoregressive stage computes per step, all requests together (None: 2048 on
+    CUDA, where requests arriving together are admitted in one step; 512 elsewhere)."""
     async_chunk_size: int = 25
     first_chunk_size: int = 5
     connector: ConnectorChoice = "auto"
@@ -208,7 +210,7 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.max_length", "must be at least 2")
         if self.kv_memory_mb < 1:
             raise ConfigError(f"{path}.kv_memory_mb", "must be at least 1")
-        if self.prefill_chunk < 1:
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
             raise ConfigError(f"{path}.prefill_chunk", "must be at least 1")
         if self.async_chunk_size < 1 or self.first_chunk_size < 1:
             raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")

@@ -5,7 +5,8 @@
 `step()` reads top-down: the scheduler picks the work, the model runner computes it, the sampler
 picks the next tokens, and each request's outputs (token and text deltas, hidden states, finish)
 are built. Knobs come from `StageDeployConfig`: `max_batch`, `max_length`, `dtype`, `kv_memory_mb`
-(sizes the paged cache once), `prefill_chunk` (the per-step token budget) and `options`:
+(sizes the paged cache once), `prefill_chunk` (the per-step token budget: 2048 on CUDA, 512
+elsewhere) and `options`:
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
 "uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (true on CUDA,
 false elsewhere: compiles the graph step's decoder layers with torch.compile before capture, one
@@ -115,7 +116,7 @@ class ARTorchEngine(StageEngine):
             self.block_manager.capacity_tokens,
             getattr(config, "max_position_embeddings", deploy.max_length),
         )
-        self.scheduler = Scheduler(self.block_manager, deploy.max_batch, max(deploy.prefill_chunk, 1))
+        self.scheduler = Scheduler(self.block_manager, deploy.max_batch, self._prefill_budget(deploy))
         self.runner = ModelRunner(adapter, self.kv_cache, self.block_manager, self.device)
         self.sampler = Sampler(self.eos_token_ids, self.device)
         self.sequences: dict[str, Sequence] = {}
@@ -134,6 +135,11 @@ class ARTorchEngine(StageEngine):
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, capture=False, compile=compile_step)
         elif graphs and self.device.type == "cuda":
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, compile=compile_step)
+
+    def _prefill_budget(self, deploy: StageDeployConfig) -> int:
+        if deploy.prefill_chunk is not None:
+            return deploy.prefill_chunk
+        return 2048 if self.device.type == "cuda" else 512
 
     @classmethod
     def from_pretrained(
