@@ -138,7 +138,7 @@ class ARTorchEngine(StageEngine):
 
     def _prefill_budget(self, deploy: StageDeployConfig) -> int:
         if deploy.prefill_chunk is not None:
-            return deploy.prefill_chunk
+            return max(deploy.prefill_chunk, 1)
         return 2048 if self.device.type == "cuda" else 512
 
     @classmethod
