@@ -167,7 +167,7 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     kv_memory_mb: int = 256
     prefill_chunk: int | None = None
     """Prompt tokens an autoregressive stage computes per step, all requests together (None: 2048 on
-    CUDA, where requests arriving together are admitted in one step; 512 elsewhere)."""
+    CUDA, where requests arriving together are admitted in fewer steps; 512 elsewhere)."""
     async_chunk_size: int = 25
     first_chunk_size: int = 5
     connector: ConnectorChoice = "auto"
