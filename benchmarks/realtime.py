@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -396,6 +397,11 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cpu", help="the omni targets' device: cpu, cuda or cuda:N")
     parser.add_argument("--speech-wav", help="the user's speech as a WAV file (default: espeak-ng's)")
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        help="copy the platform's logs here (web, orchestrator, worker with its replica hosts)",
+    )
     args = parser.parse_args()
     if args.device == "cpu" and any(TARGETS[name].real_shape for name in args.targets):
         raise SystemExit("omni-7b-shaped needs --device cuda")
@@ -416,6 +422,8 @@ def main() -> None:
             raise
         finally:
             platform.stop()
+            if args.keep_logs:
+                shutil.copytree(platform.logs, args.keep_logs, dirs_exist_ok=True)
     report(rows, speech, args)
 
 
