@@ -516,6 +516,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def log_at_debug(names: str) -> None:
+    """Each logger of the comma list `names` logs at DEBUG, whatever the root level
+    (`OMNISTAGE_DEBUG_LOGGERS`, e.g. `stages.generation` for every code2wav decode)."""
+    for name in filter(None, (name.strip() for name in names.split(","))):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -527,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         level=os.environ.get("OMNISTAGE_LOG_LEVEL", "INFO"),
         format=f"%(asctime)s %(levelname)s [replica {spec.replica_id} pid {os.getpid()}] %(name)s: %(message)s",
     )
+    log_at_debug(os.environ.get("OMNISTAGE_DEBUG_LOGGERS", ""))
     client = redis.Redis.from_url(args.redis_url, socket_timeout=10, socket_connect_timeout=5)
     publish_logs(client, spec.replica_id)  # the console's logs tail
     host_class = ReplicaHost
