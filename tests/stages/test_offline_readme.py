@@ -11,8 +11,7 @@ import subprocess
 import pytest
 from procs import PYTHON, REPO
 from smollm2_checkpoint import smollm2_checkpoint
-
-from stages.tiny import build_all
+from tiny_checkpoints import tiny_checkpoint
 
 
 def readme_offline_snippet() -> str:
@@ -37,7 +36,7 @@ def test_the_readme_offline_example_runs_as_written():
 
 @pytest.mark.slow
 def test_the_omni_offline_example_with_defaults_speaks_and_exits_cleanly():
-    build_all(REPO / "var" / "models", only=["qwen2_5_omni"])
+    tiny_checkpoint("qwen2_5_omni")
     code = (
         "from stages import Omni\n"
         "result = Omni('var/models/qwen2_5_omni').generate('Hello')[0]\n"

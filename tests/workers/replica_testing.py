@@ -9,12 +9,13 @@ from urllib.parse import urlparse, urlunparse
 
 import msgspec
 import redis
+from parallel_workers import worker_database
 from procs import PYTHON, Proc, wait_for
 
 from stages import streams
 from stages.protocol import Abort, Drain, ReplicaStatus, StageOutput, StageRequest, encode
 
-WORKERS_DB = 5
+WORKERS_DB = worker_database(10)
 """These tests use their own Redis database, so live processes they start see only their keys."""
 
 HEARTBEAT_ENV = {"OMNISTAGE_HEARTBEAT_INTERVAL": "0.3", "OMNISTAGE_HEARTBEAT_TTL": "1.5", "PYTHONUNBUFFERED": "1"}
