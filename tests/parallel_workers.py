@@ -1,7 +1,8 @@
 """What each pytest-xdist worker has to itself when the suite runs in parallel (`make test` runs
 `-n`): a Redis database of its own, so that keys named after rows (users, deployments) that two
 workers' databases number alike never meet; pytest-django already gives each worker its own test
-database. Tests that share a machine-wide resource run on one worker (`xdist_group`)."""
+database. Tests that share a machine-wide resource run on one worker (`xdist_group`). Of Redis's 16
+databases the workers take 1-4 (the Makefile allows at most 4 workers) and the worker tests 10-13."""
 
 from __future__ import annotations
 
@@ -9,9 +10,6 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-
-MAX_WORKERS = 4
-"""At most this many (the Makefile's `--maxprocesses`): each takes Redis databases of its own, of 16."""
 
 SAME_WORKER = {"tests/hosts/": "hosts"}
 """Test folders whose tests run on one worker: the two-host test bed's network namespaces take fixed

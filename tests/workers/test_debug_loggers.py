@@ -16,8 +16,3 @@ def test_the_named_loggers_log_at_debug_and_the_others_keep_their_level():
     assert logging.getLogger("debug-loggers-test.a.child").isEnabledFor(logging.DEBUG)
     assert other.level == logging.NOTSET
 
-
-def test_no_names_change_nothing():
-    root_level = logging.getLogger().level
-    log_at_debug("")
-    assert logging.getLogger().level == root_level
