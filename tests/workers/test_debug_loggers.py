@@ -15,4 +15,3 @@ def test_the_named_loggers_log_at_debug_and_the_others_keep_their_level():
     assert named.isEnabledFor(logging.DEBUG)
     assert logging.getLogger("debug-loggers-test.a.child").isEnabledFor(logging.DEBUG)
     assert other.level == logging.NOTSET
-
