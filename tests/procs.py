@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlparse, urlunparse
 
 import pytest
 import redis
@@ -32,6 +33,15 @@ def unavailable(what: str, *, whole_module: bool = False) -> NoReturn:
     if running_in_ci():
         pytest.fail(f"{what}; CI=true, so this fails instead of skipping", pytrace=False)
     pytest.skip(what, allow_module_level=whole_module)
+
+
+def redis_database_url(url: str, db: int) -> str:
+    """The same Redis server, another database (redis://host:port/N or unix:///path?db=N)."""
+    parsed = urlparse(url)
+    if parsed.scheme == "unix":
+        query = [part for part in parsed.query.split("&") if part and not part.startswith("db=")] + [f"db={db}"]
+        return f"unix://{parsed.netloc}{parsed.path}?{'&'.join(query)}"
+    return urlunparse(parsed._replace(path=f"/{db}"))
 
 
 def free_port() -> int:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from urllib.parse import urlparse, urlunparse
 
 import msgspec
 import redis
 from parallel_workers import worker_database
-from procs import PYTHON, Proc, wait_for
+from procs import PYTHON, Proc, redis_database_url, wait_for
 
 from stages import streams
 from stages.protocol import Abort, Drain, ReplicaStatus, StageOutput, StageRequest, encode
@@ -22,12 +21,8 @@ HEARTBEAT_ENV = {"OMNISTAGE_HEARTBEAT_INTERVAL": "0.3", "OMNISTAGE_HEARTBEAT_TTL
 
 
 def with_db(url: str, db: int = WORKERS_DB) -> str:
-    """The same Redis server, another database (redis://host:port/N or unix:///path?db=N)."""
-    parsed = urlparse(url)
-    if parsed.scheme == "unix":
-        query = [part for part in parsed.query.split("&") if part and not part.startswith("db=")] + [f"db={db}"]
-        return f"unix://{parsed.netloc}{parsed.path}?{'&'.join(query)}"
-    return urlunparse(parsed._replace(path=f"/{db}"))
+    """The same Redis server, the worker tests' database."""
+    return redis_database_url(url, db)
 
 
 def unique(prefix: str) -> str:

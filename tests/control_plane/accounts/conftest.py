@@ -4,11 +4,11 @@ on database 9 (never 0, which the platform uses) under a key prefix unique to ea
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 from django.contrib.auth import get_user_model
+from procs import redis_database_url
 from victim_world import build_world
 
 from control_plane.accounts.queries import quota_limits_forget
@@ -18,19 +18,10 @@ from control_plane.deployments.management.commands.sync_pipelines import discove
 TEST_REDIS_DB = 9
 
 
-def redis_url_on_test_db(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        query = "&".join(p for p in parts.query.split("&") if p and not p.startswith("db="))
-        # spelled out: urlunsplit writes "unix:/path" (no empty authority), which redis-py refuses
-        return f"unix://{parts.path}?{query}&db={TEST_REDIS_DB}".replace("?&", "?")
-    return urlunsplit(parts._replace(path=f"/{TEST_REDIS_DB}"))
-
-
 @pytest.fixture(autouse=True)
 def accounts_redis(settings, redis_service):
     """Point the accounts app at Redis db 9 under a fresh prefix; delete that prefix afterwards."""
-    url = redis_url_on_test_db(redis_service)
+    url = redis_database_url(redis_service, TEST_REDIS_DB)
     prefix = f"test-accounts:{uuid.uuid4().hex[:12]}"
     settings.REDIS_URL = url
     settings.ACCOUNTS_REDIS_PREFIX = prefix

@@ -4,10 +4,10 @@ and Redis (key revocations publish invalidations) on database 9 under a prefix u
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.contrib.auth import get_user_model
+from procs import redis_database_url
 
 from control_plane.deployments.management.commands.sync_pipelines import discover_pipelines, pipeline_sync
 
@@ -16,11 +16,7 @@ TEST_REDIS_DB = 9
 
 @pytest.fixture(autouse=True)
 def audit_redis(settings, redis_service):
-    parts = urlsplit(redis_service)
-    if parts.scheme == "unix":
-        settings.REDIS_URL = f"unix://{parts.path}?db={TEST_REDIS_DB}"
-    else:
-        settings.REDIS_URL = urlunsplit(parts._replace(path=f"/{TEST_REDIS_DB}"))
+    settings.REDIS_URL = redis_database_url(redis_service, TEST_REDIS_DB)
     settings.ACCOUNTS_REDIS_PREFIX = f"test-audit:{uuid.uuid4().hex[:12]}"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
