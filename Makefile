@@ -12,7 +12,7 @@ run: setup
 # Test processes in parallel (pytest-xdist): one per core, at most 4 (tests/parallel_workers.py); TEST_WORKERS=0 runs one.
 TEST_WORKERS ?= auto
 test: setup
-	$(PYTHON) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -n $(TEST_WORKERS) --maxprocesses 4 --dist load $(PYTEST_ARGS)
 
 # The inner loop: no live processes, no browser, nothing marked slow.
 test-fast: setup

@@ -10,7 +10,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection
-from parallel_workers import group_of, isolate_worker
+from parallel_workers import isolate_worker
 from procs import METRICS_TOKEN, REPO, RedisServer, stop_all
 from tiny_checkpoints import tiny_checkpoint
 
@@ -80,7 +80,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if LIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.live)
-        item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid.split("::", 1)[0])))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,19 +1,17 @@
 """What each pytest-xdist worker has to itself when the suite runs in parallel (`make test` runs
 `-n`): a Redis database of its own, so that keys named after rows (users, deployments) that two
 workers' databases number alike never meet; pytest-django already gives each worker its own test
-database. Tests that share a machine-wide resource run on one worker (`xdist_group`). Of Redis's 16
-databases the workers take 1-4 (the Makefile allows at most 4 workers) and the worker tests 10-13."""
+database. Of Redis's 16 databases the workers take 1-4 (the Makefile allows at most 4 workers) and
+the worker tests 10-13; the two-host test bed takes private subnets after the worker's number."""
 
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
+from procs import redis_database_url
 
-SAME_WORKER = {"tests/hosts/": "hosts"}
-"""Test folders whose tests run on one worker: the two-host test bed's network namespaces take fixed
-private subnets."""
+from control_plane.settings import _redis_to_celery
 
 
 def worker_number() -> int | None:
@@ -28,14 +26,10 @@ def worker_database(first: int) -> int:
     return first + (worker_number() or 0)
 
 
-def redis_url_of_worker(url: str, number: int) -> str:
-    """`url` pointed at database number + 1 (database 0 stays the serial suite's and `make run`'s)."""
-    return urlunsplit(urlsplit(url)._replace(path=f"/{number + 1}"))
-
-
 def isolate_worker() -> None:
-    """Point this worker's settings, and the processes its tests start, at a Redis of its own: a
-    database of the configured server, or in embedded mode a redis-server of its own."""
+    """Point this worker's settings, and the processes its tests start, at a Redis of its own:
+    database 1 + its number of the configured server (0 stays the serial suite's and `make run`'s),
+    or in embedded mode a redis-server of its own (tests/conftest.py starts it)."""
     number = worker_number()
     if number is None:
         return
@@ -43,17 +37,8 @@ def isolate_worker() -> None:
         settings.EMBEDDED_REDIS_SOCKET = settings.EMBEDDED_REDIS_SOCKET.parent / f"gw{number}" / "redis.sock"
         url = f"unix://{settings.EMBEDDED_REDIS_SOCKET}"
     else:
-        url = redis_url_of_worker(settings.REDIS_URL, number)
-        os.environ["REDIS_URL"] = url
+        url = redis_database_url(settings.REDIS_URL, number + 1)
+    os.environ["REDIS_URL"] = url
     settings.REDIS_URL = url
-    settings.CELERY_BROKER_URL = url.replace("unix://", "redis+socket://", 1)
+    settings.CELERY_BROKER_URL = _redis_to_celery(url)
     settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0]["address"] = url
-
-
-def group_of(path: str) -> str:
-    """The xdist group of a test file: its folder's shared group, else the file itself (a file's
-    tests share its live stack, so they stay together)."""
-    for folder, group in SAME_WORKER.items():
-        if path.startswith(folder):
-            return group
-    return path

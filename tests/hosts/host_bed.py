@@ -74,7 +74,8 @@ class HostBed:
 
     def __init__(self, names: list[str], tag: str | None = None):
         tag = tag or str(os.getpid() % 10000)
-        base = (os.getpid() % 60) * 4
+        worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+        base = (worker * 15 + os.getpid() % 15) * 4  # parallel test workers never share a subnet
         self.hosts: dict[str, NetHost] = {}
         for index, name in enumerate(names):
             octet = base + index
