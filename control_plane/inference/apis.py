@@ -46,8 +46,8 @@ class ArtifactOutput(serializers.Serializer):
 class RequestOutput(serializers.Serializer):
     id = serializers.UUIDField()
     request_id = serializers.CharField()
-    user = serializers.CharField(source="user.username", default=None)
-    api_key = serializers.CharField(source="api_key.prefix", default=None)
+    user = serializers.CharField(source="user.username", default=None, allow_null=True)
+    api_key = serializers.CharField(source="api_key.prefix", default=None, allow_null=True)
     deployment = serializers.CharField(source="deployment_name")
     route = serializers.CharField()
     stream = serializers.BooleanField()
