@@ -215,6 +215,7 @@ _VOICE = StageConfig(id=1, name="voice", kind="generation", output="audio", defa
 class EchoFamily(ModelFamily):
     name = "echo"
     model_types = ("echo",)
+    uses_torch = False
     pipelines = {
         DEFAULT_VARIANT: _pipeline(
             "echo", "One echo stage; it takes audio parts too (and echoes the text parts beside them).", [_HEARING], []

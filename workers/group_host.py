@@ -60,8 +60,6 @@ def member_deploys(spec: ReplicaSpec) -> dict[str, StageDeployConfig]:
 def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | None = None) -> GroupChain:
     """Build every member's engine (one after another) and the chain between them; `weights(loaded, total)`
     hears the bytes of the members' weights read so far (each member's announced as it starts)."""
-    import torch
-
     from stages.models import get_family, load_stage_engine
     from workers.replica_engine import replica_threads
 
@@ -75,7 +73,10 @@ def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | No
         raise ConfigError(
             "group", f"the members {sorted(deploys)} do not form group {spec.group!r} entered at {spec.stage!r}"
         )
-    torch.set_num_threads(replica_threads(deploys[spec.stage]))
+    if family.uses_torch:
+        import torch
+
+        torch.set_num_threads(replica_threads(deploys[spec.stage]))
 
     def build(name: str) -> StageEngine:
         stage_deploy = deploy.for_stage(pipeline.stage_named(name))

@@ -56,13 +56,14 @@ def load_replica_engine(
     `progress(fraction, phase)` hears the loading phases (imports, then the weights and the engine);
     `weights(loaded, total)` the bytes of weights read so far, as the family's loader reads them."""
     progress = progress or _silent
-    progress(0.1, "importing torch")
-    import torch
-
     stage_deploy = stage_deploy_of(spec)
-    torch.set_num_threads(replica_threads(stage_deploy))
-    progress(0.3, "importing the model family")
+    progress(0.1, "importing the model family")
     family = get_family(spec.family)
+    if family.uses_torch:
+        progress(0.3, "importing torch")
+        import torch
+
+        torch.set_num_threads(replica_threads(stage_deploy))
     pipeline = spec.pipeline or family.pipeline
     if spec.stage not in {stage.name for stage in pipeline.stages}:
         names = sorted(stage.name for stage in pipeline.stages)

@@ -6,6 +6,8 @@ A family is an object (usually a module-level `family = MyFamily()`) with:
 - `pipelines`: variants by name ("default", "thinker-only", ...); `.pipeline` is the default.
 - `model_types`: the `config.json` `model_type`s (or diffusers `_class_name`s in
   `model_index.json`) it serves, for auto-detection from a checkpoint directory.
+- `uses_torch` (default True): False for a family whose engines never touch torch (echo), so its
+  replica hosts start without importing it.
 - `build_engine(stage_name, model_dir, stage_deploy) -> StageEngine`: loads one stage on
   the receiving host. Heavy imports (torch, transformers) happen here, never at import.
 - `prepare_request(request, model_dir, stage_deploy) -> StageRequest` (optional): the entry stage's
@@ -64,6 +66,9 @@ class ModelFamily:
     name: str = ""
     pipelines: dict[str, PipelineConfig] = {}
     model_types: tuple[str, ...] = ()
+    uses_torch: bool = True
+    """Whether its engines run on torch: a replica host imports it (seconds of CPU) and sets its
+    threads only then."""
 
     @property
     def pipeline(self) -> PipelineConfig:
