@@ -36,7 +36,9 @@ depends only on its codes, noise rows and voice. The ODE loop has no host syncs 
 which syncs) runs once per decode before it, so eager and captured decodes compute the same thing.
 BigVGAN stays eager (it ends on the CPU) and runs once per batch of windows: its convolutions
 and anti-aliased activations treat the rows independently, and one batched pass launches the
-kernels (and syncs with the host) once instead of once per window.
+kernels (and syncs with the host) once instead of once per window. It decodes each window's mel
+with VOCODER_REACH_MEL frames around it (what its output samples depend on), not the whole span:
+the DiT's left context of 48 codes is 96 mel frames, BigVGAN's reach 28.
 
 Pieces: `begin` decodes a batch one RK4 step (four evaluations) per piece, then BigVGAN, so the
 engine can run a more urgent batch's pieces between them (stages/generation/engine.py). A piece
@@ -80,7 +82,27 @@ SAMPLE_RATE = 24000
 MEL_SAMPLES = 240
 DEFAULT_VOICE = "Chelsie"
 DIT_RECOMPILE_LIMIT = 16
+VOCODER_REACH_MEL = 28
+"""Mel frames on either side of an output sample that Qwen2.5-Omni's BigVGAN reads (conv_pre of 7,
+upsampling by (5, 3, 2, 2, 2, 2) with kernels (11, 7, 4, 4, 4, 4), AMP blocks of kernels (3, 7, 11) and
+dilations (1, 3, 5), anti-aliased activations): a mel frame this far from a window leaves the window's
+samples unchanged (tests/stages/generation/test_vocoder_reach.py). BigVGAN decodes a window with this
+much mel around it, not the DiT's whole left context."""
+VOCODER_SHAPE = {
+    "upsample_rates": [5, 3, 2, 2, 2, 2],
+    "upsample_kernel_sizes": [11, 7, 4, 4, 4, 4],
+    "resblock_kernel_sizes": [3, 7, 11],
+    "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+}
+"""The BigVGAN configuration VOCODER_REACH_MEL was derived for; another one is given its whole span."""
 """Compiled graphs of the DiT block's forward in one process: look-ahead/look-behind pairs x precisions."""
+
+
+def vocoder_reach(config) -> int | None:
+    """VOCODER_REACH_MEL for the BigVGAN it was derived for, else None (decode whole spans)."""
+    shape = {name: [list(v) if isinstance(v, list | tuple) else v for v in getattr(config, name, [])]
+             for name in VOCODER_SHAPE}  # fmt: skip
+    return VOCODER_REACH_MEL if shape == VOCODER_SHAPE else None
 
 
 class Token2WavDecoder:
@@ -135,6 +157,7 @@ class Token2WavDecoder:
             EvaluationGraphs(self._ode_function, max_graphs, max_batch) if cuda_graphs and _is_cuda(device) else None
         )
         self.pacer = PiecePacer(_is_cuda(device))
+        self.vocoder_reach = vocoder_reach(self.bigvgan.config)
 
     @property
     def align(self) -> int:
@@ -226,17 +249,35 @@ class Token2WavDecoder:
                 ode.value = ode.value + self._guarded(self._ode_step, ode, time_start, time_end)
             self.pacer.piece_queued()
             yield None
+        first, last = self._vocoded_mel(windows, spans)
         with torch.no_grad(), self._autocast(self.vocoder_autocast):
-            mel = ode.value.permute(0, 2, 1)  # the ODE's state keeps the weights' dtype
+            mel = ode.value.permute(0, 2, 1)[:, :, first:last]  # the ODE's state keeps the weights' dtype
             wavs = self._guarded(self.bigvgan, mel)
-        yield self._audio(windows, spans, wavs.reshape(len(windows), -1).float().numpy())  # one batch, one copy
+        audio = wavs.reshape(len(windows), -1).float().numpy()  # one batch, one copy
+        yield self._audio(windows, spans, audio, first * MEL_SAMPLES)
 
-    def _audio(self, windows: list[Window], spans: list[tuple[int, int]], wavs: np.ndarray) -> list[np.ndarray]:
+    def _vocoded_mel(self, windows: list[Window], spans: list[tuple[int, int]]) -> tuple[int, int]:
+        """The mel frames [first, last) of the batch's spans that BigVGAN decodes: each window's own
+        frames and VOCODER_REACH_MEL around them, within the span (all of it for another BigVGAN)."""
+        length = self.repeats * (spans[0][1] - spans[0][0])
+        if self.vocoder_reach is None:
+            return 0, length
+        first, last = length, 0
+        for window, (a, b) in zip(windows, spans, strict=False):
+            end = b if window.final else window.end
+            first = min(first, max(0, self.repeats * (window.start - a) - self.vocoder_reach))
+            last = max(last, min(length, self.repeats * (end - a) + self.vocoder_reach))
+        return first, last
+
+    def _audio(
+        self, windows: list[Window], spans: list[tuple[int, int]], wavs: np.ndarray, offset: int = 0
+    ) -> list[np.ndarray]:
+        """Each window's samples out of its row of `wavs`, which begins `offset` samples into its span."""
         per_code = self.repeats * MEL_SAMPLES
         results = []
         for window, (a, _), samples in zip(windows, spans, wavs, strict=False):
-            begin = (window.start - a) * per_code
-            end = samples.shape[-1] if window.final else (window.end - a) * per_code
+            begin = (window.start - a) * per_code - offset
+            end = samples.shape[-1] if window.final else (window.end - a) * per_code - offset
             results.append(samples[begin:end])
         return results
 
