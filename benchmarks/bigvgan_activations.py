@@ -26,9 +26,9 @@ import torch  # noqa: E402
 
 
 def load_bigvgan(device: str):
-    from token2wav_windows import real_token2wav
+    from token2wav_windows import token2wav
 
-    return real_token2wav(device)[1].code2wav_bigvgan_model.eval()
+    return token2wav(device)[1].code2wav_bigvgan_model.eval()
 
 
 def install(bigvgan, function) -> None:

@@ -11,7 +11,9 @@ transformers runs and the oracle tests check), `dit-bf16` (float32 weights, the 
 chunks of 25, 50, 100 and 200 frames with 48 frames of left context) at each batch size: the first
 decode of its shape (eager plus the CUDA-graph capture), a replayed decode, BigVGAN's share of it,
 seconds of compute per second of audio, and the audio's relative L2 difference from the first mode's
-(`float32` unless `--modes` leaves it out) in the same run. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
+(`float32` unless `--modes` leaves it out) in the same run. `--whole-span-vocoder` adds the same decode with
+BigVGAN over the window's whole span (the DiT's left context and look-ahead) instead of the
+`VOCODER_REACH_MEL` mel frames around the window, and our time against it. `--eager` adds the uncaptured decode, the graph's speed-up over it and the difference
 between their audio. `--compile` runs each mode a second time with option `token2wav_compile` (the
 DiT's blocks through torch.compile; the first window's "first" then includes the compilation), and with
 `--vocoder-compile` that run has `token2wav_vocoder_compile` too (BigVGAN's activations fused and
@@ -26,6 +28,7 @@ it the device was busy; with $OUT set, its chrome trace goes to $OUT/token2wav_p
 `.json.gz`, when over 8 MiB).
 
     python benchmarks/token2wav_windows.py --device cuda --modes dit-bf16 --batches 1 8 --profile
+    python benchmarks/token2wav_windows.py --device cpu --model-dir var/models/qwen2_5_omni --modes float32 --whole-span-vocoder
 """
 
 from __future__ import annotations
@@ -69,17 +72,21 @@ PROFILE_TOP = 15
 TRACE_MAX_BYTES = 8 * 2**20
 
 
-def real_token2wav(device: str):
-    """The real-shape directory `qwen2_5_omni_7b` (built once under the temporary directory) and its
-    token2wav in float32 with dummy weights drawn from seed 0."""
+def token2wav(device: str, model_dir: str | None = None):
+    """The token2wav of `model_dir` with its weights, or else of the real-shape directory `qwen2_5_omni_7b`
+    (built once under the temporary directory) with dummy weights drawn from seed 0; float32."""
     from transformers import Qwen2_5OmniToken2WavModel
 
     from stages.models.omni_weights import load_submodule
     from stages.models.qwen2_5_omni import config
     from stages.tiny import REAL_SHAPES, build_all
 
-    root = Path(tempfile.gettempdir()) / "omnistage_real_shapes"
-    model_dir = str(build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"])
+    if model_dir is None:
+        root = Path(tempfile.gettempdir()) / "omnistage_real_shapes"
+        model_dir = str(build_all(root, only=["qwen2_5_omni_7b"], builders=REAL_SHAPES)["qwen2_5_omni_7b"])
+        dummy_seed = 0
+    else:
+        dummy_seed = None
     module = load_submodule(
         model_dir,
         Qwen2_5OmniToken2WavModel,
@@ -87,19 +94,24 @@ def real_token2wav(device: str):
         "token2wav.",
         device=device,
         dtype=torch.float32,
-        dummy_seed=0,
+        dummy_seed=dummy_seed,
     )
     return model_dir, module
 
 
 def build_decoder(
-    device: str, mode: str, compile_blocks: bool = False, compile_vocoder: bool = False, block_attention: bool = False
+    device: str,
+    mode: str,
+    compile_blocks: bool = False,
+    compile_vocoder: bool = False,
+    block_attention: bool = False,
+    model_dir: str | None = None,
 ):
     from stages.generation.token2wav import Token2WavDecoder
     from stages.models.qwen2_5_omni import speakers
 
     dtype, dit_autocast, vocoder_autocast = MODES[mode]
-    model_dir, module = real_token2wav(device)
+    model_dir, module = token2wav(device, model_dir)
     module = module.to(getattr(torch, dtype))  # drawn in float32 for every mode: the modes differ in precision only
     return Token2WavDecoder(
         module,
@@ -125,9 +137,9 @@ def timed(function, device: str, repeats: int = 1):
     return (time.perf_counter() - began) / repeats, result
 
 
-def vocoder_seconds(decoder, frames: int, batch: int, device: str, repeats: int) -> float:
-    """BigVGAN alone on `batch` mels of `frames` codes, as `decode` runs it (one batched pass)."""
-    mel = torch.randn(batch, decoder.dit.config.mel_dim, decoder.repeats * frames, device=device)
+def vocoder_seconds(decoder, mel_frames: int, batch: int, device: str, repeats: int) -> float:
+    """BigVGAN alone on `batch` mels of `mel_frames`, as `decode` runs it (one batched pass)."""
+    mel = torch.randn(batch, decoder.dit.config.mel_dim, mel_frames, device=device)
 
     def run():
         with torch.no_grad(), decoder._autocast(decoder.vocoder_autocast):
@@ -232,6 +244,16 @@ def main() -> None:
         help="with --compile: a third run, compiled, with options.token2wav_block_attention",
     )
     parser.add_argument(
+        "--model-dir",
+        help="a Qwen2.5-Omni checkpoint to load, weights and all (e.g. the tiny var/models/qwen2_5_omni on a CPU),"
+        " instead of the real-shape one with dummy weights",
+    )
+    parser.add_argument(
+        "--whole-span-vocoder",
+        action="store_true",
+        help="also time each decode with BigVGAN over the window's whole span instead of VOCODER_REACH_MEL around it",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="after the timed runs, profile one decode of the first run's first window at the largest batch",
@@ -245,7 +267,7 @@ def main() -> None:
     for mode, variant in runs:
         compiled = bool(variant)
         decoder = build_decoder(
-            args.device, mode, compiled, compiled and args.vocoder_compile, variant.endswith("+blocks")
+            args.device, mode, compiled, compiled and args.vocoder_compile, variant.endswith("+blocks"), args.model_dir
         )
         label = mode + variant
         graphs = decoder.graphs
@@ -267,9 +289,10 @@ def main() -> None:
                 start, end = WINDOWS[name]
                 windows = [Window(stream, start, end, final=False) for stream in streams]
                 span = decoder._span(windows[0])
+                mel_first, mel_last = decoder._vocoded_mel(windows, [span] * batch)
                 first, audio = timed(lambda: decoder.decode(windows), args.device)  # noqa: B023
                 replay, audio = timed(lambda: decoder.decode(windows), args.device, args.repeats)  # noqa: B023
-                vocoder = vocoder_seconds(decoder, span[1] - span[0], batch, args.device, args.repeats)
+                vocoder = vocoder_seconds(decoder, mel_last - mel_first, batch, args.device, args.repeats)
                 seconds = batch * (end - start) * SECONDS_PER_FRAME
                 reference.setdefault((batch, name), audio)
                 line = (
@@ -277,6 +300,14 @@ def main() -> None:
                     f"  replay {replay * 1e3:7.1f} ms (BigVGAN {vocoder * 1e3:6.1f})"
                     f"  {replay / seconds:6.3f} s per audio s  rel-L2 vs {runs[0][0]} {relative_l2(audio, reference[(batch, name)]):.1e}"
                 )
+                if args.whole_span_vocoder:
+                    reach, decoder.vocoder_reach = decoder.vocoder_reach, None
+                    whole, whole_audio = timed(lambda: decoder.decode(windows), args.device, args.repeats)  # noqa: B023
+                    decoder.vocoder_reach = reach
+                    line += (
+                        f"  BigVGAN on the whole span ({2 * (span[1] - span[0])} mel, not {mel_last - mel_first}):"
+                        f" {whole * 1e3:7.1f} ms (ours {replay / whole:4.2f}x, rel-L2 {relative_l2(audio, whole_audio):.1e})"
+                    )
                 if args.eager:
                     decoder.graphs = None
                     eager, eager_audio = timed(lambda: decoder.decode(windows), args.device, args.repeats)  # noqa: B023
