@@ -82,11 +82,12 @@ SAMPLE_RATE = 24000
 MEL_SAMPLES = 240
 DEFAULT_VOICE = "Chelsie"
 DIT_RECOMPILE_LIMIT = 16
+"""Compiled graphs of the DiT block's forward in one process: look-ahead/look-behind pairs x precisions."""
 VOCODER_REACH_MEL = 28
 """Mel frames on either side of an output sample that Qwen2.5-Omni's BigVGAN reads (conv_pre of 7,
 upsampling by (5, 3, 2, 2, 2, 2) with kernels (11, 7, 4, 4, 4, 4), AMP blocks of kernels (3, 7, 11) and
 dilations (1, 3, 5), anti-aliased activations): a mel frame this far from a window leaves the window's
-samples unchanged (tests/stages/generation/test_vocoder_reach.py). BigVGAN decodes a window with this
+samples unchanged (tests/stages/omni/test_vocoder_reach.py). BigVGAN decodes a window with this
 much mel around it, not the DiT's whole left context."""
 VOCODER_SHAPE = {
     "upsample_rates": [5, 3, 2, 2, 2, 2],
@@ -95,7 +96,6 @@ VOCODER_SHAPE = {
     "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
 }
 """The BigVGAN configuration VOCODER_REACH_MEL was derived for; another one is given its whole span."""
-"""Compiled graphs of the DiT block's forward in one process: look-ahead/look-behind pairs x precisions."""
 
 
 def vocoder_reach(config) -> int | None:
