@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from procs import PYTHON, REPO
 from replica_testing import echo_spec
+from tiny_checkpoints import tiny_checkpoint
 
 from stages.config import StageDeployConfig
 from stages.errors import ConfigError
@@ -59,8 +60,9 @@ print("threads", torch.get_num_threads())
 
 
 def test_building_a_replica_engine_applies_its_thread_count():
-    """torch's thread count is process-wide, so this one case builds the engine in a fresh interpreter."""
-    spec = echo_spec("r1", "d1")
+    """torch's thread count is process-wide, so this one case builds the engine (a tiny Qwen2: a family
+    that runs on torch) in a fresh interpreter."""
+    spec = {**echo_spec("r1", "d1"), "family": "llm", "stage": "llm", "model_dir": str(tiny_checkpoint("qwen2"))}
     spec["stage_deploy"]["cpu_threads"] = 2
     env = {key: value for key, value in os.environ.items() if key != "OMNISTAGE_REPLICA_THREADS"}
     result = subprocess.run(
