@@ -155,14 +155,23 @@ def test_an_orchestrator_restart_mid_request_loses_nothing(stack):
     running = stack.wait_state("echo-o", "RUNNING", timeout=120)
     words = " ".join(f"w{i}" for i in range(16))
 
+    def orchestrators() -> set[bytes]:
+        return set(redis.Redis.from_url(stack.redis.url).scan_iter(match=streams.orchestrator_heartbeat_pattern()))
+
     async def scenario():
         client = redis.asyncio.Redis.from_url(stack.redis.url)
         messages = []
         async for message in serve(running["id"], request(words), client=client):
             messages.append(message)
             if len(messages) == 2:
+                before = orchestrators()
                 stack.procs["orchestrator"].signal(signal.SIGKILL)
                 stack.start_orchestrator()
+                # serve() gives up on a request when no orchestrator's heartbeat lives; on a loaded
+                # machine the new one can take longer to start than this stack's 1.5 s heartbeat TTL
+                wait_for(
+                    lambda known=before: orchestrators() - known, timeout=60, interval=0.1, what="a new orchestrator"
+                )
         await client.aclose()
         return messages
 
