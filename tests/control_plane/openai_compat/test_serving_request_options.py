@@ -2,8 +2,8 @@
 (`RequestOptions.extra`), never in `params`, which carries only data between stages.
 
 The stage requests are read off the echo-voice replicas' input streams (the entry's and the
-voice stage's) by a blocking XREAD issued before the request is sent (a replica deletes an entry
-once processed, so the observer must be waiting when it arrives)."""
+voice stage's) by blocking XREADs from the streams' ends as they were before the request was sent
+(a replica deletes an entry once processed, so the observer must be waiting when it arrives)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,23 @@ def replica_streams(stack, deployment: str) -> dict[str, str]:
     return {replica["stage"]: streams.replica_input(replica["id"]) for replica in body["replicas"]}
 
 
+async def stream_ends(observer, names) -> dict[str, bytes | str]:
+    """Each stream's last entry id now ("0-0" for one not made yet). Reads from these ids miss nothing
+    added later; "$" would, since every XREAD takes it afresh: an entry added to one stream between
+    two reads woken by another stream would be skipped."""
+    ends = {}
+    for name in names:
+        try:
+            ends[name] = (await observer.xinfo_stream(name))["last-generated-id"]
+        except redis.ResponseError:
+            ends[name] = "0-0"
+    return ends
+
+
 async def first_requests(observer, by_stage: dict[str, str]) -> dict[str, StageRequest]:
     """The first stage request added to each stream from now on, by stage name."""
     stage_of = {stream: stage for stage, stream in by_stage.items()}
-    last = dict.fromkeys(by_stage.values(), "$")
+    last = await stream_ends(observer, by_stage.values())
     seen: dict[str, StageRequest] = {}
     while len(seen) < len(by_stage):
         for stream, entries in await observer.xread(last, block=600_000):
