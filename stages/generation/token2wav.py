@@ -263,10 +263,9 @@ class Token2WavDecoder:
         if self.vocoder_reach is None:
             return 0, length
         first, last = length, 0
-        for window, (a, b) in zip(windows, spans, strict=False):
-            end = b if window.final else window.end
+        for window, (a, _) in zip(windows, spans, strict=False):
             first = min(first, max(0, self.repeats * (window.start - a) - self.vocoder_reach))
-            last = max(last, min(length, self.repeats * (end - a) + self.vocoder_reach))
+            last = max(last, min(length, self.repeats * (window.end - a) + self.vocoder_reach))
         return first, last
 
     def _audio(
