@@ -9,7 +9,7 @@ import uuid
 import msgspec
 import redis
 from parallel_workers import worker_database
-from procs import PYTHON, Proc, redis_database_url, wait_for
+from procs import PYTHON, REPO, Proc, redis_database_url, wait_for
 
 from stages import streams
 from stages.protocol import Abort, Drain, ReplicaStatus, StageOutput, StageRequest, encode
@@ -126,3 +126,31 @@ def forget(client: redis.Redis, replica_id: str, deployment_id: str) -> None:
         streams.deployment_output(deployment_id),
         streams.replica_heartbeat(replica_id),
     )
+
+
+LOAD_AND_REPORT = """
+import json, sys, msgspec
+from stages.protocol import ReplicaSpec
+from workers.replica_engine import load_replica_engine
+if len(sys.argv) > 2:
+    import torch
+    torch.set_num_threads(int(sys.argv[2]))
+heard = []
+load_replica_engine(msgspec.convert(json.loads(sys.argv[1]), ReplicaSpec), progress=lambda *phase: heard.append(phase))
+torch = sys.modules.get("torch")
+print(json.dumps({"heard": heard, "torch": torch is not None, "threads": torch and torch.get_num_threads()}))
+"""
+
+
+def load_in_fresh_interpreter(spec: dict, env: dict[str, str] | None = None, start_threads: int | None = None) -> dict:
+    """What a fresh interpreter reports after it loads `spec`'s engine: the loading phases heard
+    (fraction, phase), whether it imported torch, and torch's thread count then (None without torch).
+    With `start_threads` it imports torch and sets that many threads first."""
+    import os
+    import subprocess
+
+    argv = [PYTHON, "-c", LOAD_AND_REPORT, json.dumps(spec)] + ([str(start_threads)] if start_threads else [])
+    done = subprocess.run(argv, cwd=REPO, env=env or dict(os.environ),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])

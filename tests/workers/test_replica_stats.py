@@ -4,14 +4,21 @@ input, the device's memory, and the phases of its load."""
 
 from __future__ import annotations
 
-import json
 import math
 import signal
-import subprocess
 
 import pytest
-from procs import PYTHON, REPO, wait_for
-from replica_testing import echo_spec, finished_output, forget, heartbeat, send_request, start_host, unique
+from procs import wait_for
+from replica_testing import (
+    echo_spec,
+    finished_output,
+    forget,
+    heartbeat,
+    load_in_fresh_interpreter,
+    send_request,
+    start_host,
+    unique,
+)
 from replica_testing import wait_state as replica_state
 from tiny_checkpoints import tiny_checkpoint
 
@@ -126,25 +133,9 @@ def test_the_device_reader_reads_at_most_once_a_heartbeat_interval():
     assert gpu.latest.device == "cuda:2" and gpu.latest.memory_used_bytes is None
 
 
-def loading_phases(spec: dict) -> tuple[list[tuple[float, str]], bool]:
-    """The phases a fresh interpreter hears while it loads `spec`'s engine, and whether it imported torch."""
-    script = (
-        "import json, sys, msgspec\n"
-        "from stages.protocol import ReplicaSpec\n"
-        "from workers.replica_engine import load_replica_engine\n"
-        "heard = []\n"
-        "spec = msgspec.convert(json.loads(sys.argv[1]), ReplicaSpec)\n"
-        "load_replica_engine(spec, progress=lambda fraction, phase: heard.append((fraction, phase)))\n"
-        "print(json.dumps({'heard': heard, 'torch': 'torch' in sys.modules}))\n"
-    )
-    done = subprocess.run([PYTHON, "-c", script, json.dumps(spec)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=True)  # fmt: skip
-    result = json.loads(done.stdout.splitlines()[-1])
-    return [tuple(pair) for pair in result["heard"]], result["torch"]
-
-
 def test_loading_an_engine_reports_its_phases_in_order_and_imports_torch_only_for_torch_families():
-    heard, imported_torch = loading_phases(echo_spec(unique("replica"), unique("deployment")))
+    loaded = load_in_fresh_interpreter(echo_spec(unique("replica"), unique("deployment")))
+    heard, imported_torch = loaded["heard"], loaded["torch"]
     fractions = [fraction for fraction, _ in heard]
     assert fractions == sorted(fractions) and 0 < fractions[0] and fractions[-1] < 1.0
     assert [phase for _, phase in heard][:2] == [
@@ -155,7 +146,8 @@ def test_loading_an_engine_reports_its_phases_in_order_and_imports_torch_only_fo
 
     llm = {**echo_spec(unique("replica"), unique("deployment")), "family": "llm", "stage": "llm",
            "model_dir": str(tiny_checkpoint("qwen2"))}  # fmt: skip
-    heard, imported_torch = loading_phases(llm)
+    loaded = load_in_fresh_interpreter(llm)
+    heard, imported_torch = loaded["heard"], loaded["torch"]
     assert [phase for _, phase in heard][:3] == ["importing the model family", "importing torch",
                                                  "loading weights and building the engine"]  # fmt: skip
     assert imported_torch

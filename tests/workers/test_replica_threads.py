@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 
 import msgspec
 import pytest
-from procs import PYTHON, REPO
-from replica_testing import echo_spec
+from replica_testing import echo_spec, load_in_fresh_interpreter
 from tiny_checkpoints import tiny_checkpoint
 
 from stages.config import StageDeployConfig
@@ -49,29 +46,10 @@ def test_a_bad_stage_thread_count_names_the_field():
     assert error.value.field == "stage_deploy.cpu_threads"
 
 
-BUILD_AND_COUNT = """
-import json, sys, msgspec, torch
-from stages.protocol import ReplicaSpec
-from workers.replica_engine import load_replica_engine
-torch.set_num_threads(7)
-load_replica_engine(msgspec.convert(json.loads(sys.argv[1]), ReplicaSpec))
-print("threads", torch.get_num_threads())
-"""
-
-
 def test_building_a_replica_engine_applies_its_thread_count():
     """torch's thread count is process-wide, so this one case builds the engine (a tiny Qwen2: a family
-    that runs on torch) in a fresh interpreter."""
+    that runs on torch) in a fresh interpreter, whose torch had 7 threads before."""
     spec = {**echo_spec("r1", "d1"), "family": "llm", "stage": "llm", "model_dir": str(tiny_checkpoint("qwen2"))}
     spec["stage_deploy"]["cpu_threads"] = 2
     env = {key: value for key, value in os.environ.items() if key != "OMNISTAGE_REPLICA_THREADS"}
-    result = subprocess.run(
-        [PYTHON, "-c", BUILD_AND_COUNT, json.dumps(spec)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "threads 2"
+    assert load_in_fresh_interpreter(spec, env, start_threads=7)["threads"] == 2
