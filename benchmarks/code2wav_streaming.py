@@ -10,11 +10,14 @@ audio plays at 50 frames per second). Each policy runs: `fixed` (a first window,
 `async_chunk_size`: the stage without growth) and `growing` (the stage's default policy). Baseline,
 measured in the same run: each request's codes decoded as one whole sequence, one request at a time.
 
-Per run: TTFP (mean time from arrival to a request's first audio), RTF (mean time from arrival to its
-last audio over its audio's duration), late (mean seconds of playback a request's client waited for
+Each policy serves one untimed round first (first-seen window shapes, allocations), then `--repeats`
+runs per concurrency, each right after a baseline decode of the same requests. Per run: TTFP (mean
+time from arrival to a request's first audio), RTF (mean time from arrival to its last audio over its
+audio's duration), late (mean seconds of playback a request's client waited for
 audio after its first audio, playing in real time), throughput (requests per second of the run),
-decode compute per second of audio, its ratio to the whole-sequence baseline's, and the frames the
-windows decoded (left context and look-ahead included) per frame of audio (1.00 for a whole decode).
+decode compute per second of audio, its ratio to the baseline taken just before it, and the frames the
+windows decoded (left context and look-ahead included) per frame of audio (1.00 for a whole decode);
+printed as medians over the runs, with the range of the ratio.
 `tiny models: python -m stages.tiny var/models` builds the CPU model directory.
 """
 
@@ -166,6 +169,7 @@ def main() -> None:
     parser.add_argument("--first-chunk", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--policies", nargs="+", default=["fixed", "growing"], choices=["fixed", "growing"])
+    parser.add_argument("--repeats", type=int, default=3, help="runs per concurrency, each beside its own baseline")
     args = parser.parse_args()
     if args.device == "cpu":
         import torch
@@ -176,17 +180,27 @@ def main() -> None:
     codes = [rng.integers(0, 8192, args.frames).tolist() for _ in range(max(args.concurrency))]
     for policy in args.policies:
         engine = build(args, policy, max(args.concurrency))
-        whole = baseline(engine, codes[: max(args.concurrency)], args.device)
-        print(f"{policy}: whole-sequence decode {whole:.3f} s per audio s (baseline)", flush=True)
+        serve(engine, codes, args.talker_fps, args.device)  # warm-up: first-seen shapes, allocations
         for concurrency in args.concurrency:
-            result = serve(engine, codes[:concurrency], args.talker_fps, args.device)
-            print(
-                f"{policy:8s} concurrency {concurrency:2d}  TTFP {result['ttfp']:6.3f} s  RTF {result['rtf']:6.3f}"
-                f"  late {result['late']:6.3f} s  {result['throughput']:6.2f} req/s"
-                f"  compute {result['compute']:6.3f} s per audio s ({result['compute'] / whole:4.2f}x whole;"
-                f" {result['decoded']:4.2f} frames decoded per frame)",
-                flush=True,
-            )
+            runs = []
+            for _ in range(args.repeats):  # each run beside a baseline of its own, taken just before it
+                whole = baseline(engine, codes[:concurrency], args.device)
+                runs.append((whole, serve(engine, codes[:concurrency], args.talker_fps, args.device)))
+            print_runs(policy, concurrency, runs)
+
+
+def print_runs(policy: str, concurrency: int, runs: list[tuple[float, dict]]) -> None:
+    """Medians over the runs; the compute ratio is each run's against its own baseline."""
+    median = lambda values: float(np.median(values))  # noqa: E731
+    field = lambda name: median([result[name] for _, result in runs])  # noqa: E731
+    ratios = sorted(result["compute"] / whole for whole, result in runs)
+    print(
+        f"{policy:8s} concurrency {concurrency:2d}  TTFP {field('ttfp'):6.3f} s  RTF {field('rtf'):6.3f}"
+        f"  late {field('late'):6.3f} s  {field('throughput'):6.2f} req/s  compute {field('compute'):6.3f} s per"
+        f" audio s, whole decode {median([whole for whole, _ in runs]):6.3f}: {median(ratios):4.2f}x whole"
+        f" ({ratios[0]:4.2f}-{ratios[-1]:4.2f}x in {len(runs)} runs; {field('decoded'):4.2f} frames decoded per frame)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

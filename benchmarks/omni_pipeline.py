@@ -22,8 +22,6 @@ random bf16 weights, no shards written (needs a GPU); token2wav runs in `--code2
 `token2wav_vocoder_compile` (BigVGAN's activations fused and compiled), `--block-attention`
 `token2wav_block_attention` (the DiT's attention block by block, without masks); `--log-windows`
 logs each code2wav window's decode time and when it ran, which shows whether code2wav keeps up.
-`--no-first-audio-priority` decodes code2wav's first windows on its own stream instead of the
-first-audio stream (`options.first_audio_priority`), for a comparison.
 `--model 30b-shaped` (with `--family qwen3_omni`) serves `qwen3_omni_30b_a3b` the same way; transformers'
 copy runs first and is freed before Omnistage loads (both do not fit at once). `--prompt-tokens N` pads
 the user message to an N-token prompt; `--audio-seconds S` makes it an S-second audio clip instead (as
@@ -163,7 +161,6 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
             "token2wav_compile": args.code2wav_compile,
             "token2wav_vocoder_compile": args.vocoder_compile,
             "token2wav_block_attention": args.block_attention,
-            "first_audio_priority": not args.no_first_audio_priority,
             **({"window_max": args.window_max} if args.window_max else {}),
         },
     }
@@ -433,11 +430,6 @@ def main() -> None:
         "--block-attention",
         action="store_true",
         help="options.token2wav_block_attention: the DiT's attention block by block, no masks",
-    )
-    parser.add_argument(
-        "--no-first-audio-priority",
-        action="store_true",
-        help="code2wav's first windows on its own stream, not the first-audio stream (options.first_audio_priority)",
     )
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])

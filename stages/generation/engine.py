@@ -13,9 +13,7 @@ advances one batch in flight by one piece of its decode (a decoder with `begin` 
 one step of its ODE each; others in one): the batch with the earliest deadline (`most_urgent`), so
 a newcomer's first window goes ahead of steady windows even half-way through their decode. Each
 chunk's audio is the window's samples for the chunk's frames, the left context and look-ahead cut
-off. A failing batch is started again request by request, so one bad request fails alone. On CUDA a
-batch holding a request's first window queues its pieces on a stream of the device's highest
-priority (`options.first_audio_priority`, stages/generation/first_audio_stream.py).
+off. A failing batch is started again request by request, so one bad request fails alone.
 
 Audio leaves as `payloads["audio"]` (float32, mono) with `params["sample_rate"]`.
 """
@@ -25,7 +23,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,7 +32,6 @@ from stages.config import StageDeployConfig
 from stages.engine import StageEngine
 from stages.engine_stats import StepStats
 from stages.errors import InvalidRequest, StageFailure
-from stages.generation.first_audio_stream import first_audio_stream
 from stages.generation.window_policy import WindowPolicy, earliest_deadline_first
 from stages.protocol import StageError, StageOutput, StageRequest
 from stages.replica_stats import Capacity
@@ -85,8 +81,6 @@ class DecodingBatch:
     deadline: float
     queued: float
     pieces: Iterator[list[np.ndarray] | None] | None = None
-    first_audio: bool = False
-    """Whether a window of the batch is its request's first audio (set when its first piece runs)."""
 
 
 def most_urgent(batches: list[DecodingBatch]) -> DecodingBatch:
@@ -144,9 +138,6 @@ class GenerationEngine(StageEngine):
         self.streams: dict[str, CodeStream] = {}
         self.batches: list[DecodingBatch] = []
         self.batch_key = getattr(decoder, "batch_key", _frames_span)
-        self.first_audio_stream = first_audio_stream(
-            stage_deploy.device, stage_deploy.options.get("first_audio_priority", True)
-        )
 
     def warm_up(self) -> None:
         """Let the decoder prepare the window shapes this engine's policy makes (CUDA graphs)."""
@@ -210,10 +201,8 @@ class GenerationEngine(StageEngine):
         several windows is started again window by window, so one bad request fails alone."""
         if batch.pieces is None:
             batch.pieces = self._begin(batch.windows)
-            batch.first_audio = any(window.stream.first_audio_at is None for window in batch.windows)
         try:
-            with self._stream_of(batch):
-                audios = next(batch.pieces)
+            audios = next(batch.pieces)
         except Exception:
             self.batches.remove(batch)
             live = [window for window in batch.windows if self._live(window)]
@@ -241,18 +230,10 @@ class GenerationEngine(StageEngine):
             if self._live(window)
         ]
 
-    def _stream_of(self, batch: DecodingBatch):
-        """Where the batch's pieces queue their device work: a first-audio batch on the first-audio
-        stream (stages/generation/first_audio_stream.py) where there is one, else the stage's own."""
-        if batch.first_audio and self.first_audio_stream is not None:
-            return self.first_audio_stream.running()
-        return nullcontext()
-
     def _restart_alone(self, window: Window, failed: DecodingBatch) -> None:
         """The window's decode again in a batch of its own, begun at once so that no window joins it."""
         alone = DecodingBatch([window], failed.key, self.policy.deadline(window.stream), failed.queued)
         alone.pieces = self._begin([window])
-        alone.first_audio = window.stream.first_audio_at is None
         self.batches.append(alone)
 
     def _live(self, window: Window) -> bool:

@@ -1,17 +1,13 @@
 """The generation engine's scheduling of decodes in pieces: a newcomer's first window goes ahead of a
-batch of steady windows half-way through its decode, its pieces on the first-audio stream; due windows of one shape join a batch that has
+batch of steady windows half-way through its decode; due windows of one shape join a batch that has
 not begun; a failing batch is decoded again window by window; the replica host does not back off
 while pieces run."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
-import pytest
 
 from stages.config import StageDeployConfig
-from stages.errors import ConfigError
 from stages.generation.engine import GenerationEngine
 from stages.protocol import StageRequest
 
@@ -29,8 +25,6 @@ class PiecedDecoder:
     def __init__(self, fail_with: str | None = None):
         self.log: list[tuple[str, ...]] = []
         self.fail_with = fail_with
-        self.on_first_audio_stream = False
-        self.first_audio_pieces: list[bool] = []
 
     def open(self, request: StageRequest):
         return None
@@ -48,28 +42,11 @@ class PiecedDecoder:
         ids = tuple(window.stream.request_id for window in windows)
         for _ in range(PIECES - 1):
             self.log.append(ids)
-            self.first_audio_pieces.append(self.on_first_audio_stream)
             yield None
         self.log.append(ids)
-        self.first_audio_pieces.append(self.on_first_audio_stream)
         if self.fail_with in ids:
             raise RuntimeError(f"{self.fail_with} has a bad frame")
         yield [np.asarray(w.stream.frames[w.start : w.end], dtype=np.float32) for w in windows]
-
-
-class FirstAudioStreamStandIn:
-    """Says to the decoder whether a piece runs inside `running()`, as the CUDA stream would hold it."""
-
-    def __init__(self, decoder: PiecedDecoder):
-        self.decoder = decoder
-
-    @contextmanager
-    def running(self):
-        self.decoder.on_first_audio_stream = True
-        try:
-            yield
-        finally:
-            self.decoder.on_first_audio_stream = False
 
 
 class Clock:
@@ -113,31 +90,6 @@ def test_a_newcomers_first_window_goes_ahead_of_a_batch_half_way_through_its_dec
     outputs = _steps(engine, 2)
     assert [output.request_id for output in outputs] == ["a", "b"]
     assert [output.params["frames"] for output in outputs] == [[2, 6], [2, 6]]
-
-
-def test_first_windows_run_their_pieces_on_the_first_audio_stream_and_steady_windows_do_not():
-    decoder, clock = PiecedDecoder(), Clock()
-    engine = _engine(decoder, clock)
-    engine.first_audio_stream = FirstAudioStreamStandIn(decoder)
-    for name in ("a", "b"):
-        engine.add_request(_request(name, list(range(2))))
-    _steps(engine, PIECES)
-    for name in ("a", "b"):
-        engine.add_chunk(_request(name, list(range(2, 6)), seq=1))
-    clock.now = 0.01
-    _steps(engine, 2)
-    engine.add_request(_request("new", [7, 7]))
-    _steps(engine, PIECES + 2)
-    assert decoder.log == [("a", "b")] * PIECES + [("a", "b")] * 2 + [("new",)] * PIECES + [("a", "b")] * 2
-    assert decoder.first_audio_pieces == [True] * PIECES + [False] * 2 + [True] * PIECES + [False] * 2
-
-
-def test_the_first_audio_stream_exists_only_on_cuda_and_its_option_is_a_switch():
-    deploy = StageDeployConfig(first_chunk_size=2, async_chunk_size=4, max_batch=8, max_length=64)
-    assert GenerationEngine(PiecedDecoder(), deploy).first_audio_stream is None  # CPU: one stream
-    bad = StageDeployConfig(first_chunk_size=2, async_chunk_size=4, options={"first_audio_priority": "yes"})
-    with pytest.raises(ConfigError, match="first_audio_priority"):
-        GenerationEngine(PiecedDecoder(), bad)
 
 
 def test_due_windows_of_one_shape_join_a_batch_that_has_not_begun():
