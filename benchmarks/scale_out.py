@@ -85,7 +85,7 @@ class ScaleOut:
             "OMNISTAGE_MODELS_DIR": str(REPO / "var" / "models"),
             "REDIS_URL": self.redis.url(),
             "DJANGO_SETTINGS_MODULE": "control_plane.settings",
-            "PYTHONPATH": str(REPO),
+            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
         }
         env.pop("DATABASE_URL", None)  # SQLite under the scratch var dir
         os.environ.pop("DATABASE_URL", None)
