@@ -4,12 +4,15 @@ specs, sending input entries and reading outputs and status events."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
 
 import msgspec
 import redis
 from parallel_workers import worker_database
 from procs import PYTHON, REPO, Proc, redis_database_url, wait_for
+from tiny_checkpoints import tiny_checkpoint
 
 from stages import streams
 from stages.protocol import Abort, Drain, ReplicaStatus, StageOutput, StageRequest, encode
@@ -39,6 +42,12 @@ def echo_spec(replica_id: str, deployment_id: str, **options) -> dict:
         "model_dir": "",
         "stage_deploy": {"options": options},
     }
+
+
+def tiny_llm_spec(replica_id: str, deployment_id: str) -> dict:
+    """A replica of the tiny Qwen2 LLM: a family whose engine runs on torch."""
+    return {**echo_spec(replica_id, deployment_id), "family": "llm", "stage": "llm",
+            "model_dir": str(tiny_checkpoint("qwen2"))}  # fmt: skip
 
 
 def host_env(redis_url: str) -> dict[str, str]:
@@ -146,9 +155,6 @@ def load_in_fresh_interpreter(spec: dict, env: dict[str, str] | None = None, sta
     """What a fresh interpreter reports after it loads `spec`'s engine: the loading phases heard
     (fraction, phase), whether it imported torch, and torch's thread count then (None without torch).
     With `start_threads` it imports torch and sets that many threads first."""
-    import os
-    import subprocess
-
     argv = [PYTHON, "-c", LOAD_AND_REPORT, json.dumps(spec)] + ([str(start_threads)] if start_threads else [])
     done = subprocess.run(argv, cwd=REPO, env=env or dict(os.environ),
                           capture_output=True, text=True, timeout=120)  # fmt: skip

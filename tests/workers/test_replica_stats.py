@@ -17,10 +17,10 @@ from replica_testing import (
     load_in_fresh_interpreter,
     send_request,
     start_host,
+    tiny_llm_spec,
     unique,
 )
 from replica_testing import wait_state as replica_state
-from tiny_checkpoints import tiny_checkpoint
 
 from stages.engine_stats import StepStats, capacity_of, clear_step_stats, inner_engine, step_stats, unit_of
 from stages.protocol import StageOutput, StageRequest
@@ -144,9 +144,7 @@ def test_loading_an_engine_reports_its_phases_in_order_and_imports_torch_only_fo
     ]
     assert not imported_torch
 
-    llm = {**echo_spec(unique("replica"), unique("deployment")), "family": "llm", "stage": "llm",
-           "model_dir": str(tiny_checkpoint("qwen2"))}  # fmt: skip
-    loaded = load_in_fresh_interpreter(llm)
+    loaded = load_in_fresh_interpreter(tiny_llm_spec(unique("replica"), unique("deployment")))
     heard, imported_torch = loaded["heard"], loaded["torch"]
     assert [phase for _, phase in heard][:3] == ["importing the model family", "importing torch",
                                                  "loading weights and building the engine"]  # fmt: skip

@@ -6,8 +6,7 @@ import os
 
 import msgspec
 import pytest
-from replica_testing import echo_spec, load_in_fresh_interpreter
-from tiny_checkpoints import tiny_checkpoint
+from replica_testing import echo_spec, load_in_fresh_interpreter, tiny_llm_spec
 
 from stages.config import StageDeployConfig
 from stages.errors import ConfigError
@@ -49,7 +48,7 @@ def test_a_bad_stage_thread_count_names_the_field():
 def test_building_a_replica_engine_applies_its_thread_count():
     """torch's thread count is process-wide, so this one case builds the engine (a tiny Qwen2: a family
     that runs on torch) in a fresh interpreter, whose torch had 7 threads before."""
-    spec = {**echo_spec("r1", "d1"), "family": "llm", "stage": "llm", "model_dir": str(tiny_checkpoint("qwen2"))}
+    spec = tiny_llm_spec("r1", "d1")
     spec["stage_deploy"]["cpu_threads"] = 2
     env = {key: value for key, value in os.environ.items() if key != "OMNISTAGE_REPLICA_THREADS"}
     assert load_in_fresh_interpreter(spec, env, start_threads=7)["threads"] == 2

@@ -155,8 +155,10 @@ def test_an_orchestrator_restart_mid_request_loses_nothing(stack):
     running = stack.wait_state("echo-o", "RUNNING", timeout=120)
     words = " ".join(f"w{i}" for i in range(16))
 
+    watcher = redis.Redis.from_url(stack.redis.url)
+
     def orchestrators() -> set[bytes]:
-        return set(redis.Redis.from_url(stack.redis.url).scan_iter(match=streams.orchestrator_heartbeat_pattern()))
+        return set(watcher.scan_iter(match=streams.orchestrator_heartbeat_pattern()))
 
     async def scenario():
         client = redis.asyncio.Redis.from_url(stack.redis.url)
@@ -175,7 +177,10 @@ def test_an_orchestrator_restart_mid_request_loses_nothing(stack):
         await client.aclose()
         return messages
 
-    messages = asyncio.run(asyncio.wait_for(scenario(), 60))
+    try:
+        messages = asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        watcher.close()
     assert messages[-1].kind == "complete", messages[-1]
     assert text_of(messages) == words
 
