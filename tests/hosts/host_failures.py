@@ -89,16 +89,37 @@ def seen_once(log: ReplyLog, request_ids: list[str]) -> None:
 
 
 def nothing_pending(stack: HostsStack, deployment_id: str, replicas: list[dict]) -> bool:
+    """True when no request is in flight and no replica input entry waits for an acknowledgement; else
+    raises with what is left (so a `wait_for` that times out names it)."""
+    left = pending_now(stack, deployment_id, replicas)
+    if left:
+        raise AssertionError("; ".join(left))
+    return True
+
+
+def pending_now(stack: HostsStack, deployment_id: str, replicas: list[dict]) -> list[str]:
+    """What is still in flight: the deployment's active requests with their state, and each replica's
+    pending input entries per consumer."""
     client = stack.redis_client()
-    if client.scard(streams.active_requests(deployment_id)):
-        return False
+    left = []
+    for member in sorted(client.smembers(streams.active_requests(deployment_id))):
+        raw = client.hget(streams.request_state(member.decode()), "state")
+        left.append(f"active {member.decode()}: {'no state' if raw is None else _placement(decode_state(raw))}")
     for replica in replicas:
         try:
-            if client.xpending(streams.replica_input(replica["id"]), streams.REPLICA_GROUP)["pending"]:
-                return False
+            consumers = client.xinfo_consumers(streams.replica_input(replica["id"]), streams.REPLICA_GROUP)
         except redis.ResponseError:  # no such stream or group: nothing pending
             continue
-    return True
+        for consumer in consumers:
+            if consumer["pending"]:
+                name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else consumer["name"]
+                left.append(f"{replica['stage']} on {replica['host']} ({replica['id']}): {consumer['pending']} pending "
+                            f"for consumer {name}, idle {consumer['idle']} ms")  # fmt: skip
+    return left
+
+
+def _placement(state) -> str:
+    return ", ".join(f"{name}@{progress.replica_id}" for name, progress in state.stages.items())
 
 
 def took_work(stack: HostsStack, name: str, host: str) -> int:
