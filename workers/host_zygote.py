@@ -98,7 +98,12 @@ def _answer(listener: socket.socket, connection: socket.socket) -> None:
     except (OSError, ValueError, KeyError, TypeError) as error:
         _reply(connection, {"error": f"bad request: {error}"})
         return
-    _reply(connection, {"pid": _fork_host(listener, connection, argv, env, cwd)})
+    try:
+        pid = _fork_host(listener, connection, argv, env, cwd)
+    except OSError as error:  # no memory or processes left for a fork: the launcher starts the host itself
+        _reply(connection, {"error": f"fork failed: {error}"})
+        return
+    _reply(connection, {"pid": pid})
 
 
 def _fork_host(listener: socket.socket, connection: socket.socket, argv: list[str], env: dict, cwd: str) -> int:
