@@ -32,10 +32,16 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
 """How long a zygote may take to import what it preloads (seconds on a busy machine)."""
 REPLY_TIMEOUT_S = 15.0
+RETRY_AFTER_S = 300.0
+"""After a zygote failed to start, hosts start as fresh interpreters this long before another try."""
+MAX_SOCKET_PATH = 100
+"""Bytes of a Unix socket's path the kernel takes (108 with its terminator, less on some systems)."""
 
 
 def spawn(argv: list[str], env: dict[str, str], cwd: Path, worker_pid: int) -> int | None:
     path = socket_path(worker_pid)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH or time.monotonic() < _failed_until.get(path, 0.0):
+        return None
     try:
         reply = _ask(path, argv, env, cwd)
     except _NotListening:
@@ -43,13 +49,19 @@ def spawn(argv: list[str], env: dict[str, str], cwd: Path, worker_pid: int) -> i
             try:
                 reply = _ask(path, argv, env, cwd)
             except _NotListening:
-                reply = _ask(path, argv, env, cwd) if _start(path, worker_pid, cwd) else None
+                if not _start(path, worker_pid, cwd):
+                    _failed_until[path] = time.monotonic() + RETRY_AFTER_S
+                    return None
+                reply = _ask(path, argv, env, cwd)
     if reply is None:
         return None
     if "pid" not in reply:
         log.warning("host zygote %s refused: %s", path, reply.get("error"))
         return None
     return int(reply["pid"])
+
+
+_failed_until: dict[Path, float] = {}
 
 
 class _NotListening(Exception):
