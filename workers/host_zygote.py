@@ -3,7 +3,7 @@
     python -m workers.host_zygote --socket PATH --parent-pid N
 
 A replica host of a torch family spends seconds of CPU importing torch and transformers before it
-reads a byte of weights (4-6 s for a stage of a tiny model, most of its start). The zygote imports
+reads a byte of weights (3-6 s of CPU for a stage of a tiny model, most of its start). The zygote imports
 them once, then listens on a Unix socket; for each request (a host's command line, environment and
 working directory) it forks a child that becomes that host (`workers.replica_host.main`) and
 answers with the child's pid. `workers.zygote_spawn` starts one per Celery worker and asks it.
@@ -36,6 +36,7 @@ import struct
 import sys
 import time
 import traceback
+from pathlib import Path
 
 from workers.processes import HOST_MODULE, pid_alive
 
@@ -68,7 +69,7 @@ def serve(path: str, parent_pid: int) -> int:
                     _answer(listener, connection)
     finally:
         listener.close()
-        _unlink(path)
+        Path(path).unlink(missing_ok=True)
     return 0
 
 
@@ -77,7 +78,7 @@ def _listen(path: str) -> socket.socket:
     finds the zygote ready."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = f"{path}.{os.getpid()}"
-    _unlink(staging)
+    Path(staging).unlink(missing_ok=True)
     listener.bind(staging)
     os.chmod(staging, 0o600)
     listener.listen(16)
@@ -214,13 +215,6 @@ def _reap() -> None:
             return
         print(f"host zygote: host pid {pid} exited with code {os.waitstatus_to_exitcode(status)}",
               file=sys.stderr, flush=True)  # fmt: skip
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

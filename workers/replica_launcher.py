@@ -12,7 +12,6 @@ replica placed on `cuda:N` sees only that GPU (workers/device_pinning.py).
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -20,8 +19,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +29,7 @@ from stages.models import get_family
 from stages.protocol import ReplicaSpec
 from workers import zygote_spawn
 from workers.device_pinning import pinned_environment
+from workers.file_lock import file_lock
 from workers.processes import HOST_MODULE, replica_host_pids
 from workers.replica_status import read_status, serving_host
 
@@ -100,18 +98,11 @@ def host_argv(spec: ReplicaSpec, redis_url: str, parent_pid: int | None, drains_
     return argv
 
 
-@contextmanager
-def _machine_lock(replica_id: str) -> Iterator[None]:
+def _machine_lock(replica_id: str):
     """Serialises check-and-start of one replica across the worker's pool processes."""
     directory = Path(tempfile.gettempdir()) / "omnistage-replicas"
     directory.mkdir(parents=True, exist_ok=True)
-    safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", replica_id)
-    with open(directory / f"{safe_name}.lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+    return file_lock(directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', replica_id)}.lock")
 
 
 def _reap(replica_id: str, process: subprocess.Popen) -> None:

@@ -13,7 +13,6 @@ containers or the tests' network-namespace hosts, each get their own).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from workers.file_lock import file_lock
 from workers.host_zygote import ROOM_BYTES
 
 log = logging.getLogger(__name__)
@@ -42,17 +42,7 @@ def spawn(argv: list[str], env: dict[str, str], cwd: Path, worker_pid: int) -> i
     path = socket_path(worker_pid)
     if len(os.fsencode(path)) > MAX_SOCKET_PATH or time.monotonic() < _failed_until.get(path, 0.0):
         return None
-    try:
-        reply = _ask(path, argv, env, cwd)
-    except _NotListening:
-        with _start_lock(path):
-            try:
-                reply = _ask(path, argv, env, cwd)
-            except _NotListening:
-                if not _start(path, worker_pid, cwd):
-                    _failed_until[path] = time.monotonic() + RETRY_AFTER_S
-                    return None
-                reply = _ask(path, argv, env, cwd)
+    reply = _ask_or_start(path, argv, env, cwd, worker_pid)
     if reply is None:
         return None
     if "pid" not in reply:
@@ -66,6 +56,27 @@ _failed_until: dict[Path, float] = {}
 
 class _NotListening(Exception):
     """No zygote listens on the socket (none was started, or it died)."""
+
+
+def _ask_or_start(path: Path, argv: list[str], env: dict[str, str], cwd: Path, worker_pid: int) -> dict | None:
+    """The zygote's answer, after starting it if none listens (once for all pool processes: the first
+    starts it under the lock, the others find it listening)."""
+    try:
+        return _ask(path, argv, env, cwd)
+    except _NotListening:
+        pass
+    with file_lock(path.with_suffix(".lock")):
+        try:
+            return _ask(path, argv, env, cwd)
+        except _NotListening:
+            pass
+        if not _start(path, worker_pid, cwd):
+            _failed_until[path] = time.monotonic() + RETRY_AFTER_S
+            return None
+        try:
+            return _ask(path, argv, env, cwd)
+        except _NotListening:  # it died as it started
+            return None
 
 
 def socket_path(worker_pid: int) -> Path:
@@ -98,7 +109,7 @@ def _ask(path: Path, argv: list[str], env: dict[str, str], cwd: Path) -> dict | 
 
 def _start(path: Path, worker_pid: int, cwd: Path) -> bool:
     """Start the zygote and wait until it listens; False if it could not start."""
-    _unlink_stale(path)
+    path.unlink(missing_ok=True)  # a socket file left by a zygote that died
     argv = [sys.executable, "-m", "workers.host_zygote", "--socket", str(path), "--parent-pid", str(worker_pid),
             "--room", "." * ROOM_BYTES]  # fmt: skip
     process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL)
@@ -115,27 +126,3 @@ def _start(path: Path, worker_pid: int, cwd: Path) -> bool:
     log.warning("host zygote not ready after %.0f s: hosts start as fresh interpreters", START_TIMEOUT_S)
     process.kill()
     return False
-
-
-def _unlink_stale(path: Path) -> None:
-    """A socket file left by a zygote that died (no one listens on it)."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-
-
-class _start_lock:
-    """Serialises starting one worker's zygote across its pool processes."""
-
-    def __init__(self, path: Path):
-        self.path = path.with_suffix(".lock")
-
-    def __enter__(self):
-        self.handle = open(self.path, "w")  # noqa: SIM115 - closed in __exit__
-        fcntl.flock(self.handle, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
