@@ -43,7 +43,7 @@ def replica_id_of(argv: list[str]) -> str | None:
         return None
 
 
-def _argv_of(pid: int) -> list[str]:
+def argv_of(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -58,11 +58,11 @@ def replica_host_pids(replica_id: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
-        if replica_id_of(_argv_of(pid)) == replica_id and pid_alive(pid):
+        if replica_id_of(argv_of(pid)) == replica_id and pid_alive(pid):
             pids.append(pid)
     return sorted(pids)
 
 
 def is_replica_host(pid: int, replica_id: str) -> bool:
     """Whether `pid` is a live replica host of `replica_id` (guards against a recycled pid)."""
-    return pid_alive(pid) and replica_id_of(_argv_of(pid)) == replica_id
+    return pid_alive(pid) and replica_id_of(argv_of(pid)) == replica_id

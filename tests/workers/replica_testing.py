@@ -51,8 +51,6 @@ def tiny_llm_spec(replica_id: str, deployment_id: str) -> dict:
 
 
 def host_env(redis_url: str) -> dict[str, str]:
-    import os
-
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     env.update(HEARTBEAT_ENV, REDIS_URL=redis_url)
     return env

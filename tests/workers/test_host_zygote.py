@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import msgspec
 import pytest
@@ -24,15 +25,10 @@ from replica_testing import (
 
 from stages.protocol import ReplicaSpec, SamplingParams, StageRequest
 from workers import zygote_spawn
-from workers.processes import pid_alive, replica_host_pids
+from workers.processes import argv_of, pid_alive, replica_host_pids
 from workers.replica_launcher import forks_from_zygote, host_argv, launch_replica_host
 
 pytestmark = pytest.mark.live
-
-
-def command_line(pid: int) -> list[str]:
-    raw = open(f"/proc/{pid}/cmdline", "rb").read()
-    return [part.decode() for part in raw.split(b"\0") if part]
 
 
 def parent_of(pid: int) -> int:
@@ -67,8 +63,8 @@ def test_a_cpu_torch_replica_forks_from_the_workers_zygote_serves_and_exits_with
     zygote, hosts = parent_of(launch.pid), [launch.pid]
     try:
         assert launch.started
-        assert command_line(zygote)[1:3] == ["-m", "workers.host_zygote"]
-        shown = command_line(launch.pid)
+        assert argv_of(zygote)[1:3] == ["-m", "workers.host_zygote"]
+        shown = argv_of(launch.pid)
         assert shown[1:3] == ["-m", "workers.replica_host"]
         assert json.loads(shown[shown.index("--spec-json") + 1])["replica_id"] == spec.replica_id
         assert replica_host_pids(spec.replica_id) == [launch.pid]
@@ -100,8 +96,8 @@ def test_a_command_line_too_long_to_show_in_place_is_execed_and_only_hosts_are_f
     try:
         anything = [sys.executable, "-c", "print('anything')"]
         assert zygote_spawn.spawn(anything, dict(os.environ), REPO, worker.pid) is None  # hosts only
-        assert command_line(pid) == argv  # a fresh interpreter's own
-        assert command_line(parent_of(pid))[1:3] == ["-m", "workers.host_zygote"]
+        assert argv_of(pid) == argv  # a fresh interpreter's own
+        assert argv_of(parent_of(pid))[1:3] == ["-m", "workers.host_zygote"]
         assert replica_host_pids(spec.replica_id) == [pid]
     finally:
         worker.kill()
@@ -129,3 +125,12 @@ def test_a_command_line_is_rewritten_in_place_only_when_it_fits():
     done = subprocess.run([PYTHON, "-c", script, "." * 64], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[b'python', b'-m', b'shown']"
+
+
+def test_no_zygote_where_its_socket_path_is_too_long(monkeypatch, tmp_path, worker):
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    argv = host_argv(spec_of(tiny_llm_spec("r1", "d1")), "redis://127.0.0.1:1/0", worker.pid)
+    assert zygote_spawn.spawn(argv, dict(os.environ), REPO, worker.pid) is None
+    assert not any((deep / f"omnistage-zygotes-{os.getuid()}").iterdir())  # no start tried: no lock, no socket
