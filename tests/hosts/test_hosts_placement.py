@@ -90,10 +90,13 @@ def test_every_stage_on_both_hosts_keeps_each_request_on_one_host_in_shared_memo
 
     assert_spoken(run_requests(stack, created["id"], [f"Question number {i}." for i in range(4)]))
 
-    def both_hosts_read(rows: list[dict]) -> bool:  # each host's talker read its thinker's shared memory
-        return all(counts(r).get("shm.get", 0) for r in rows if r["stage"] == "talker")
+    def both_hosts_passed(rows: list[dict]) -> bool:
+        """Each host's thinker wrote shared memory and its talker read it, as their heartbeats published
+        (each replica's counters arrive with its own heartbeat: the talker's read can show first)."""
+        wanted = {"thinker": "shm.put", "talker": "shm.get"}
+        return all(counts(r).get(wanted[r["stage"]], 0) for r in rows if r["stage"] in wanted)
 
-    replicas = published(stack, "spread", both_hosts_read)
+    replicas = published(stack, "spread", both_hosts_passed)
     for replica in replicas:
         seen = counts(replica)
         where = (replica["stage"], replica["host"], seen)
