@@ -155,6 +155,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "max_length": max(2048, n_codes + 64),
         "first_chunk_size": args.first_chunk,
         "async_chunk_size": args.chunk,
+        "gpu_sms": args.code2wav_sms,
         "options": {
             "token2wav_dit_autocast": "bfloat16" if args.code2wav_autocast in ("dit", "all") else None,
             "token2wav_vocoder_autocast": "bfloat16" if args.code2wav_autocast == "all" else None,
@@ -431,6 +432,11 @@ def main() -> None:
         action="store_true",
         help="options.token2wav_block_attention: the DiT's attention block by block, no masks",
     )
+    parser.add_argument(
+        "--code2wav-sms",
+        type=int,
+        help="code2wav's gpu_sms: its kernels confined to this many SMs, the rest always free for the AR stages",
+    )
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--prompt-tokens", type=int, default=0, help="pad the user message to this many tokens")
@@ -487,6 +493,7 @@ def main() -> None:
     args.compile = [] if args.compile is None else args.compile or ["thinker", "talker"]
     logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(name)s: %(message)s")
     logging.getLogger("stages.generation").setLevel(logging.DEBUG if args.log_windows else logging.INFO)
+    logging.getLogger("stages.sm_partition").setLevel(logging.INFO)
     if args.compile:
         logging.getLogger("stages.ar").setLevel(logging.INFO)  # compile progress per graph batch size
     import torch

@@ -171,6 +171,10 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     async_chunk_size: int = 25
     first_chunk_size: int = 5
     connector: ConnectorChoice = "auto"
+    gpu_sms: int | None = None
+    """On a GPU, the SMs this stage's kernels may occupy (a CUDA green context, rounded up to the
+    device's granularity, 8 on Hopper; None: all). The other stages' kernels may still use every SM,
+    so the rest stay free for them: a code2wav confined this way cannot hold up a talker's decode step."""
     cpu_threads: int | None = None
     """torch threads of each replica's process (None: OMNISTAGE_REPLICA_THREADS on the worker, else 1):
     a worker pool hosts several replica processes, so none takes every core."""
@@ -216,6 +220,8 @@ class StageDeployConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
             raise ConfigError(f"{path}.async_chunk_size", "chunk sizes must be at least 1")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError(f"{path}.cpu_threads", "must be at least 1")
+        if self.gpu_sms is not None and self.gpu_sms < 1:
+            raise ConfigError(f"{path}.gpu_sms", "must be at least 1")
         if self.max_running is not None and self.max_running < 1:
             raise ConfigError(f"{path}.max_running", "must be at least 1")
         if self.max_waiting is not None and self.max_waiting < 0:

@@ -22,7 +22,7 @@ from stages.engine import StageEngine
 from stages.errors import InvalidRequest
 from stages.groups import StageGroup
 from stages.orchestrator.actions import SendAbort, SendToReplica
-from stages.orchestrator.replica_streams import stream_priority
+from stages.orchestrator.replica_streams import StageStream
 from stages.orchestrator.replica_thread import ReplicaThread
 from stages.protocol import StageError, StageOutput, StageRequest
 from workers.group_handover import GroupHandover
@@ -69,7 +69,7 @@ class GroupChain(StageEngine):
         pipeline: PipelineConfig,
         group: StageGroup,
         build: Callable[[str], StageEngine],
-        cuda_device: Callable[[str], str | None] = lambda name: None,
+        streams: Callable[[str], StageStream | None] = lambda name: None,
     ):
         self.pipeline = pipeline
         self.group = group
@@ -80,19 +80,18 @@ class GroupChain(StageEngine):
         self.members: dict[int, MemberThread] = {}
         try:
             for stage_id in group.members:  # one after another: graph captures must not overlap
-                self._start_member(stage_id, build, cuda_device)
+                self._start_member(stage_id, build, streams)
         except BaseException:
             self.shutdown()
             raise
 
-    def _start_member(self, stage_id: int, build, cuda_device) -> None:
+    def _start_member(self, stage_id: int, build, streams) -> None:
         name = self.pipeline.stage(stage_id).name
         member = MemberThread(
             name,
             lambda: build(name),
             lambda _name, outputs: self.arrived.put((stage_id, outputs)),
-            cuda_device=cuda_device(name),
-            stream_priority=stream_priority(self.pipeline.stage(stage_id).kind),
+            stream=streams(name),
             on_fatal=self._set_fatal,
         )
         member.start()

@@ -23,7 +23,7 @@ from stages.engine import StageEngine
 from stages.errors import ConfigError
 from stages.groups import StageGroups
 from stages.models.weights_meter import metering
-from stages.orchestrator.replica_streams import own_stream_device
+from stages.orchestrator.replica_streams import stage_stream
 from stages.protocol import ReplicaSpec, StageOutput
 from workers.group_chain import GroupChain
 from workers.replica_host import ReplicaHost
@@ -83,4 +83,6 @@ def load_group_chain(spec: ReplicaSpec, weights: Callable[[int, int], None] | No
         return load_stage_engine(family, name, spec.model_dir, stage_deploy, pipeline)
 
     with metering(weights) if weights is not None else contextlib.nullcontext():
-        return GroupChain(pipeline, group, build, cuda_device=lambda name: own_stream_device(deploys[name].device))
+        return GroupChain(
+            pipeline, group, build, streams=lambda name: stage_stream(pipeline.stage_named(name).kind, deploys[name])
+        )

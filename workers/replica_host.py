@@ -71,6 +71,7 @@ from stages.connectors import Connectors
 from stages.engine import StageEngine
 from stages.engine_stats import capacity_of, clear_step_stats, step_stats, unit_of
 from stages.errors import ConfigError, StageFailure
+from stages.orchestrator.replica_streams import StageStream, stepping_on
 from stages.protocol import Abort, Drain, Export, Release, ReplicaSpec, StageError, StageOutput, StageRequest, encode
 from stages.replica_stats import StageStats
 from workers.device_pinning import local_device
@@ -200,6 +201,18 @@ class ReplicaHost:
         return self.meter.snapshot(capacity_of(self.engine)) if self.engine is not None else None
 
     def _load_and_serve(self) -> int:
+        with stepping_on(self._confined_stream()):
+            return self._load_and_serve_here()
+
+    def _confined_stream(self) -> StageStream | None:
+        """The stream of a stage confined to a share of its GPU's SMs (`gpu_sms`); None: the default stream."""
+        if self.spec.members:
+            return None  # a group's members step on streams of their own (workers.group_chain)
+        sms = self.spec.stage_deploy.gpu_sms
+        device = local_device(self.spec.device or self.spec.stage_deploy.device, os.environ)
+        return StageStream(device, sms=sms) if sms is not None and device.startswith("cuda") else None
+
+    def _load_and_serve_here(self) -> int:
         try:
             self.reporter.set_progress(0.0, "starting")
             self.engine = self.build_engine(self.spec)

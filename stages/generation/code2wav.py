@@ -34,6 +34,7 @@ import numpy as np
 from stages.errors import InvalidRequest
 from stages.generation.engine import Window
 from stages.protocol import StageRequest
+from stages.sm_partition import capture_stream
 from stages.tensors import to_numpy
 
 logger = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ class WindowGraphs:
                 self.module(static_codes)  # lazy initialisations happen outside the capture
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool, stream=capture_stream(), capture_error_mode="thread_local"):
                 audio = self.module(static_codes)
         except Exception:
             logger.exception("capturing code2wav for %s (batch, quantizers, frames) failed; it runs eagerly", key)

@@ -75,6 +75,7 @@ from stages.generation.anti_aliased_activation import fuse_activations, unfuse_a
 from stages.generation.block_attention import use_block_attention
 from stages.generation.engine import CodeStream, Window
 from stages.protocol import StageRequest
+from stages.sm_partition import capture_stream
 
 logger = logging.getLogger(__name__)
 
@@ -505,7 +506,7 @@ class EvaluationGraphs:
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             # thread_local: the AR stages on other threads keep launching (and syncing) while this captures.
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, pool=self.pool, stream=capture_stream(), capture_error_mode="thread_local"):
                 static_output = function(static_time, static_state)
         except Exception:
             logger.exception("capturing a token2wav evaluation of shape %s failed; it runs eagerly", key)

@@ -23,7 +23,7 @@ from stages.groups import ungrouped
 from stages.orchestrator.actions import Action, Complete, Discard, Emit, Fail, SendAbort, SendToReplica
 from stages.orchestrator.core import Orchestrator
 from stages.orchestrator.events import Cancel, DeploymentUp, Event, ReplicaUp, StageOutputEvent, Submit, Tick
-from stages.orchestrator.replica_streams import own_stream_device, stream_priority
+from stages.orchestrator.replica_streams import stage_stream
 from stages.orchestrator.replica_thread import ReplicaThread
 from stages.protocol import SamplingParams, StageOutput, StageRequest
 
@@ -82,8 +82,7 @@ class InProcessDriver:
                     replica_id,
                     functools.partial(self.build_engine, stage.name),
                     self._deliver_threadsafe,
-                    cuda_device=own_stream_device(self.deploy.for_stage(stage).device),
-                    stream_priority=stream_priority(stage.kind),
+                    stream=stage_stream(stage.kind, self.deploy.for_stage(stage)),
                 )
                 replica.start()
                 try:

@@ -4,8 +4,8 @@ It takes `SendToReplica` / `SendAbort` actions, turns a failure in one request's
 into an error output for that request, and a failing `step()` into error outputs for the
 requests the engine holds; the thread keeps serving either way.
 
-On a GPU every replica thread builds and runs its engine on its own CUDA stream (of the priority
-stages/orchestrator/replica_streams.py gives its stage). On the one
+On a GPU every replica thread builds and runs its engine on its own CUDA stream (of the priority,
+and the share of the SMs, stages/orchestrator/replica_streams.py gives its stage). On the one
 default stream each host sync of one stage (a sampler reading its tokens, a copy to the host)
 would wait for everything the other stages queued before it: the talker's steps would wait
 for the thinker's and code2wav's graph replays. A thread syncs its stream before it hands
@@ -25,6 +25,7 @@ from stages.engine import StageEngine
 from stages.engine_stats import clear_step_stats, step_stats
 from stages.errors import StageFailure
 from stages.orchestrator.actions import SendAbort, SendToReplica
+from stages.orchestrator.replica_streams import StageStream, stepping_on
 from stages.protocol import StageError, StageOutput
 
 _STOP = object()
@@ -39,8 +40,7 @@ class ReplicaThread:
         build: Callable[[], StageEngine],
         deliver: Callable[[str, list[StageOutput]], None],
         *,
-        cuda_device: str | None = None,
-        stream_priority: int = 0,
+        stream: StageStream | None = None,
     ):
         self.replica_id = replica_id
         self.build = build
@@ -48,8 +48,7 @@ class ReplicaThread:
         self.ready: concurrent.futures.Future = concurrent.futures.Future()
         """Done once the engine is built (or failed to build: the exception)."""
         self.deliver = deliver
-        self.cuda_device = cuda_device
-        self.stream_priority = stream_priority
+        self.stream_spec = stream
         self.stream = None
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.active: dict[str, int] = {}
@@ -77,16 +76,9 @@ class ReplicaThread:
 
     @contextlib.contextmanager
     def _own_stream(self) -> Iterator[None]:
-        if self.cuda_device is None:
+        with stepping_on(self.stream_spec) as stream:
+            self.stream = stream
             yield
-            return
-        import torch
-
-        device = torch.device(self.cuda_device)
-        with torch.cuda.device(device):
-            self.stream = torch.cuda.Stream(device, priority=self.stream_priority)
-            with torch.cuda.stream(self.stream):
-                yield
 
     def _serve(self) -> None:
         while True:
