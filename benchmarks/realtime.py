@@ -19,7 +19,8 @@ Targets:
   docs/stage-groups.md).
 
 `--device cuda` puts every stage of the omni targets on the GPU (thinker and talker in bf16 with
-CUDA graphs, code2wav in float32, batches up to 16).
+CUDA graphs, code2wav in float32, batches up to 16). `--deploy-override JSON` is merged into every
+target's DeployConfig (e.g. `'{"stages": {"code2wav": {"gpu_sms": 112}}}'`).
 
 `--threads` (default 1) sets OMP_NUM_THREADS for the platform's processes, the replica hosts
 included: each replica host otherwise takes torch's default of one thread per core, and the
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -208,13 +210,16 @@ def start_platform(var_dir: Path, threads: int) -> Platform:
     return Platform(redis_server, procs, f"ws://127.0.0.1:{port}", secret, logs)
 
 
-def deploy(name: str, target: Target, model_dir: str, device: str):
+def deploy(name: str, target: Target, model_dir: str, device: str, override: dict | None = None):
+    from platform_serve import merged
+
     from control_plane.deployments.models import Deployment, Pipeline
     from control_plane.deployments.services import deployment_create
 
+    config = merged({**deploy_config_for(target, device), "max_queue": 4096}, override or {})
     deployment = deployment_create(
         name=name, pipeline=Pipeline.objects.get(name=target.pipeline), model_dir=model_dir,
-        deploy_config=queueing({**deploy_config_for(target, device), "max_queue": 4096}, target.pipeline),
+        deploy_config=queueing(config, target.pipeline),
     )  # fmt: skip
     deadline = time.monotonic() + 900
     while (state := Deployment.objects.get(pk=deployment.pk).state) != "RUNNING":
@@ -398,6 +403,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="the omni targets' device: cpu, cuda or cuda:N")
     parser.add_argument("--speech-wav", help="the user's speech as a WAV file (default: espeak-ng's)")
     parser.add_argument(
+        "--deploy-override",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help='merged into every target\'s DeployConfig, e.g. \'{"stages": {"code2wav": {"gpu_sms": 112}}}\'',
+    )
+    parser.add_argument(
         "--keep-logs",
         type=Path,
         help="copy the platform's logs here (web, orchestrator, worker with its replica hosts)",
@@ -414,7 +426,7 @@ def main() -> None:
             for name in args.targets:
                 target = TARGETS[name]
                 model_dir = model_dir_for(target, scratch, args.omni_model_dir)
-                deployment = deploy(name, target, model_dir, args.device)
+                deployment = deploy(name, target, model_dir, args.device, args.deploy_override)
                 rows += measure(platform, name, deployment, speech, args)
         except BaseException:
             for log in ("web.log", "worker.log", "orchestrator.log"):
