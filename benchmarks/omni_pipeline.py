@@ -383,6 +383,17 @@ def summary(name: str, results: list[dict], wall: float) -> dict:
     stages = sorted({key for r in results for key in r if key.startswith("stage.")})
     if stages:
         print(f"{'':28s} " + "  ".join(f"{key[6:]} {mean(key):.3f}s" for key in stages), flush=True)
+        ends = {
+            name: mean(f"stage.{name}.started_s") + mean(f"stage.{name}.duration_s")
+            for name in ("talker", "code2wav")
+            if f"stage.{name}.duration_s" in stages
+        }
+        if len(ends) == 2:  # how long requests wait on code2wav once the talker is done
+            print(
+                f"{'':28s} last output into a request: talker {ends['talker']:.3f}s, code2wav {ends['code2wav']:.3f}s"
+                f" ({ends['code2wav'] - ends['talker']:+.3f}s)",
+                flush=True,
+            )
     return {"rps": rps}
 
 
