@@ -146,6 +146,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "max_batch": batch,
         "max_length": 1024 if args.prompt_tokens + n_text + n_codes < 900 else 4096,
         "kv_memory_mb": 4096 if args.device.startswith("cuda") else 256,
+        "gpu_sms": args.ar_sms,
         **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
     }
     code2wav = {
@@ -447,6 +448,11 @@ def main() -> None:
         "--code2wav-sms",
         type=int,
         help="code2wav's gpu_sms: its kernels confined to this many SMs, the rest always free for the AR stages",
+    )
+    parser.add_argument(
+        "--ar-sms",
+        type=int,
+        help="the thinker's and talker's gpu_sms (one partition for both): the rest always free for code2wav",
     )
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])

@@ -27,6 +27,7 @@ import torch
 from stages.ar.attention import AttentionBatch
 from stages.ar.compiled_layers import CompiledLayers
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
+from stages.sm_partition import capture_stream
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class DecodeGraphs:
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
                     self.outputs[size] = self._forward(size)
             except Exception:
                 logger.exception("capturing the decode step of batch %d failed; batches up to it run eagerly", size)

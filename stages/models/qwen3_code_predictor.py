@@ -40,6 +40,7 @@ from stages.ar.compiled_layers import CompiledLayers
 from stages.ar.cuda_graphs import bucket_sizes
 from stages.ar.kv_cache import KVCacheShape, PagedKVCache
 from stages.errors import ConfigError
+from stages.sm_partition import capture_stream
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class CodePredictor:
                     torch.cuda.synchronize()
                     graph = torch.cuda.CUDAGraph()
                     try:
-                        with torch.cuda.graph(graph, pool=pool):
+                        with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
                             self.outputs[key] = self._frames(*key)
                     except Exception:
                         logger.exception(
