@@ -32,8 +32,9 @@ RESOURCE_BYTES = 512
 SM_COUNT_OFFSET = 96
 """CUdevResource: `type` (4 bytes), 92 bytes of padding, then the union whose `sm.smCount` comes first."""
 
-_contexts: dict[tuple[int, int], ctypes.c_void_p] = {}
-"""(device index, SMs asked) -> green context: one per partition size, shared by every stream of that size."""
+_contexts: dict[tuple[int, int], tuple[ctypes.c_void_p, int]] = {}
+"""(device index, SMs asked) -> (green context, SMs it got): one per partition size, shared by every
+stream of that size."""
 _confined: set[int] = set()
 """Handles of the streams made here."""
 
@@ -47,14 +48,13 @@ def partitioned_stream(device: str, sms: int, priority: int = 0):
     device's granularity, 8 on Hopper), at `priority`; None where green contexts are unavailable."""
     import torch
 
-    index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
+    index = _index(device)
     try:
-        handle = _green_stream(index, sms, priority)
+        handle, granted = _green_stream(index, sms, priority)
     except (GreenContextError, OSError, AttributeError) as error:
         logger.warning("cannot confine a stream to %d SMs of cuda:%d (%s); it runs on all of them", sms, index, error)
         return None
-    logger.info("a stream of cuda:%d confined to %d SMs (asked %d)", index, partition_size(device, sms), sms)
+    logger.info("a stream of cuda:%d confined to %d SMs (asked %d)", index, granted, sms)
     _confined.add(handle)
     return torch.cuda.ExternalStream(handle, device=torch.device("cuda", index))
 
@@ -69,13 +69,16 @@ def capture_stream():
 
 
 def partition_size(device: str, sms: int) -> int:
-    """How many SMs a partition asked for `sms` gets on `device` (for logs and benchmarks)."""
+    """How many SMs the partition asked for `sms` on `device` got (for benchmarks)."""
+    _, granted = _green_context(_driver(), _index(device), sms)
+    return granted
+
+
+def _index(device: str) -> int:
     import torch
 
     index = torch.device(device).index
-    index = torch.cuda.current_device() if index is None else index
-    group, _ = _split(_driver(), index, sms)
-    return _sm_count(group)
+    return torch.cuda.current_device() if index is None else index
 
 
 def _driver():
@@ -96,7 +99,7 @@ def _device(driver, index: int) -> ctypes.c_int:
 
 
 def _split(driver, index: int, sms: int):
-    """The device's SMs split into one group of at least `sms` SMs and the rest: (group, rest) buffers."""
+    """A group of at least `sms` of the device's SMs (split off the rest), as the driver describes it."""
     device, whole = _device(driver, index), ctypes.create_string_buffer(RESOURCE_BYTES)
     _check(driver.cuDeviceGetDevResource(device, whole, RESOURCE_TYPE_SM), "cuDeviceGetDevResource")
     total = _sm_count(whole)
@@ -113,32 +116,33 @@ def _split(driver, index: int, sms: int):
     )
     if groups.value != 1:
         raise GreenContextError(f"the driver made {groups.value} groups of {sms} SMs")
-    return group, rest
+    return group
 
 
 def _sm_count(resource) -> int:
     return int.from_bytes(resource[SM_COUNT_OFFSET : SM_COUNT_OFFSET + 4], "little")
 
 
-def _green_context(driver, index: int, sms: int) -> ctypes.c_void_p:
+def _green_context(driver, index: int, sms: int) -> tuple[ctypes.c_void_p, int]:
     key = (index, sms)
     if key not in _contexts:
-        group, _ = _split(driver, index, sms)
+        group = _split(driver, index, sms)
         desc, context = ctypes.c_void_p(), ctypes.c_void_p()
         _check(driver.cuDevResourceGenerateDesc(ctypes.byref(desc), group, 1), "cuDevResourceGenerateDesc")
         _check(
             driver.cuGreenCtxCreate(ctypes.byref(context), desc, _device(driver, index), GREEN_CTX_DEFAULT_STREAM),
             "cuGreenCtxCreate",
         )
-        _contexts[key] = context
+        _contexts[key] = context, _sm_count(group)
     return _contexts[key]
 
 
-def _green_stream(index: int, sms: int, priority: int) -> int:
+def _green_stream(index: int, sms: int, priority: int) -> tuple[int, int]:
+    """A new stream of the partition asked for `sms` on device `index`: (its handle, the SMs it got)."""
     driver = _driver()
-    context, stream = _green_context(driver, index, sms), ctypes.c_void_p()
+    (context, granted), stream = _green_context(driver, index, sms), ctypes.c_void_p()
     _check(
         driver.cuGreenCtxStreamCreate(ctypes.byref(stream), context, STREAM_NON_BLOCKING, priority),
         "cuGreenCtxStreamCreate",
     )
-    return stream.value
+    return stream.value, granted

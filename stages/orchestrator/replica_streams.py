@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stages.config import StageDeployConfig, StageKind
+from stages.sm_partition import partitioned_stream
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,6 @@ def stepping_on(spec: StageStream | None) -> Iterator[Any]:
         yield None
         return
     import torch
-
-    from stages.sm_partition import partitioned_stream
 
     device = torch.device(spec.device)
     with torch.cuda.device(device):
