@@ -167,8 +167,9 @@ class ReplicaHost:
         self.seen = SeenEntries()
         self.meter = StepMeter()
         named = spec.device or spec.stage_deploy.device
-        here = local_device(named, os.environ)
-        self.device_reader = DeviceReader(here, named, heartbeat_interval_s(), driver=not spec.members)
+        self.device = local_device(named, os.environ)
+        """The replica's device as this process names it (`cuda:0` in a host pinned to its GPU)."""
+        self.device_reader = DeviceReader(self.device, named, heartbeat_interval_s(), driver=not spec.members)
         self.engine: StageEngine | None = None
         self.stop_requested = threading.Event()
         self.watch = ParentWatch(parent_pid, on_timeout=self._report_parent_gone) if parent_pid else None
@@ -201,16 +202,8 @@ class ReplicaHost:
         return self.meter.snapshot(capacity_of(self.engine)) if self.engine is not None else None
 
     def _load_and_serve(self) -> int:
-        with stepping_on(self._confined_stream()):
+        with stepping_on(confined_stream(self.spec, self.device)):
             return self._load_and_serve_here()
-
-    def _confined_stream(self) -> StageStream | None:
-        """The stream of a stage confined to a share of its GPU's SMs (`gpu_sms`); None: the default stream."""
-        if self.spec.members:
-            return None  # a group's members step on streams of their own (workers.group_chain)
-        sms = self.spec.stage_deploy.gpu_sms
-        device = local_device(self.spec.device or self.spec.stage_deploy.device, os.environ)
-        return StageStream(device, sms=sms) if sms is not None and device.startswith("cuda") else None
 
     def _load_and_serve_here(self) -> int:
         try:
@@ -503,6 +496,15 @@ class ReplicaHost:
             "ERROR", error=f"the worker process {self.watch.parent_pid} hosting this replica exited"
         )
         self.reporter.stop()
+
+
+def confined_stream(spec: ReplicaSpec, device: str) -> StageStream | None:
+    """The stream a single stage confined to a share of its GPU's SMs (`gpu_sms`) steps on; None: the
+    default stream, as for every other stage (a group's members get streams of their own: workers.group_chain)."""
+    sms = spec.stage_deploy.gpu_sms
+    if spec.members or sms is None or not device.startswith("cuda"):
+        return None
+    return StageStream(device, sms=sms)
 
 
 def _load_engine(

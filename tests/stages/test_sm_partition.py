@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import types
 
 import pytest
 
 from stages import sm_partition
-from workers.replica_host import ReplicaHost
 
 
 def _no_driver(monkeypatch):
@@ -46,31 +44,3 @@ def test_a_driver_error_is_named_by_its_call(monkeypatch):
     monkeypatch.setattr(sm_partition.ctypes, "CDLL", lambda name: Driver())
     with pytest.raises(sm_partition.GreenContextError, match="cuDeviceGet returned CUDA error 101"):
         sm_partition._green_stream(3, 112, 0)
-
-
-@pytest.mark.parametrize(
-    ("device", "pinned", "sms", "expected"),
-    [
-        ("cuda:1", "cuda:1", 96, ("cuda:0", 96)),
-        ("cuda:0", None, None, None),
-        ("cpu", None, 96, None),
-    ],
-    ids=["pinned-gpu", "no-share", "cpu"],
-)
-def test_a_single_stage_host_steps_on_a_confined_stream_only_where_its_stage_asks(
-    monkeypatch, device, pinned, sms, expected
-):
-    if pinned:
-        monkeypatch.setenv("OMNISTAGE_PINNED_DEVICE", pinned)
-    spec = types.SimpleNamespace(
-        members=[], device=device, stage_deploy=types.SimpleNamespace(device="cpu", gpu_sms=sms)
-    )
-    stream = ReplicaHost._confined_stream(types.SimpleNamespace(spec=spec))
-    assert (None if stream is None else (stream.device, stream.sms)) == expected
-
-
-def test_a_group_host_leaves_the_streams_to_its_members():
-    spec = types.SimpleNamespace(
-        members=["talker", "code2wav"], device="cuda:0", stage_deploy=types.SimpleNamespace(device="cuda:0", gpu_sms=96)
-    )
-    assert ReplicaHost._confined_stream(types.SimpleNamespace(spec=spec)) is None

@@ -32,6 +32,7 @@ from replica_testing import (
 from stages import streams
 from stages.echo import EchoEngine
 from stages.engine_stats import StepStats
+from stages.orchestrator.replica_streams import StageStream
 from stages.protocol import ReplicaSpec, RequestOptions, SamplingParams, StageOutput, StageRequest
 from workers import replica_host
 from workers.replica_host import ReplicaHost
@@ -373,3 +374,30 @@ def test_the_host_reconnects_after_a_redis_restart_and_serves_again(tmp_path):
     finally:
         host.stop()
         server.stop()
+
+
+@pytest.mark.parametrize(
+    ("device", "pinned", "sms", "group", "expected"),
+    [
+        ("cuda:1", "cuda:1", 96, False, StageStream("cuda:0", sms=96)),
+        ("cuda:1", None, 96, False, StageStream("cuda:1", sms=96)),
+        ("cuda:0", None, None, False, None),
+        ("cpu", None, 96, False, None),
+        ("cuda:0", None, 96, True, None),
+    ],
+    ids=["pinned-gpu", "gpu", "no-share", "cpu", "group"],
+)
+def test_a_single_stage_host_steps_on_a_confined_stream_only_where_its_stage_asks(
+    client, monkeypatch, device, pinned, sms, group, expected
+):
+    """On the stage's GPU as the host's process names it; a group host leaves the streams to its members."""
+    monkeypatch.delenv("OMNISTAGE_PINNED_DEVICE", raising=False)
+    if pinned:
+        monkeypatch.setenv("OMNISTAGE_PINNED_DEVICE", pinned)
+    raw = {**echo_spec("r-sms", "d-sms"), "device": device}
+    raw["stage_deploy"]["gpu_sms"] = sms
+    if group:
+        raw.update(group="g", members={"echo": {"device": device, "gpu_sms": sms}})
+    spec = msgspec.convert(raw, ReplicaSpec)
+    host = ReplicaHost(spec, client, build_engine=lambda spec: EchoEngine())
+    assert replica_host.confined_stream(spec, host.device) == expected
