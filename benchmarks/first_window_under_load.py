@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -35,7 +34,7 @@ THINKER = {"hidden": 3584, "qkv": 3584 + 2 * 512, "intermediate": 18944, "layers
 
 class ThinkerLikeLoad:
     """Decode steps of the 7B thinker's layer shapes (one layer's weights, read `layers` times a step:
-    each read comes from HBM, as a real step's would) on a high-priority stream, until stopped."""
+    each read comes from HBM, as a real step's would) on a high-priority stream (looped by `Background`)."""
 
     def __init__(self, rows: int, device: str):
         shapes = THINKER
@@ -48,7 +47,6 @@ class ThinkerLikeLoad:
             make(shapes["intermediate"], shapes["hidden"]),
         ]
         self.stream = torch.cuda.Stream(device=device, priority=-1)  # the AR stages' (replica_streams.py)
-        self.stop = threading.Event()
 
     def step(self) -> None:
         qkv, out, gate_up, down = self.weights
@@ -57,26 +55,6 @@ class ThinkerLikeLoad:
             h = (x @ qkv)[:, : x.shape[1]] @ out
             gate, up = (h @ gate_up).chunk(2, dim=-1)
             x = torch.nn.functional.silu(gate) * up @ down * 1e-3 + self.x
-
-    def _run(self) -> None:
-        with torch.cuda.stream(self.stream):
-            while not self.stop.is_set():
-                self.step()
-                self.stream.synchronize()
-                self.steps += 1
-
-    def __enter__(self):
-        self.steps, self.began = 0, time.perf_counter()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        time.sleep(0.2)  # the load is running before the decode starts
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        self.stop.clear()
-        self.rate = self.steps / (time.perf_counter() - self.began)
 
 
 class PriorityStream:
@@ -127,6 +105,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="the DiT's blocks, block attention, BigVGAN compiled")
     args = parser.parse_args()
 
+    from background_load import Background
     from token2wav_windows import build_decoder
 
     from stages.generation.engine import CodeStream, Window
@@ -153,12 +132,12 @@ def main() -> None:
             for stream in (None, highest):  # graph captures and compilation happen here, not in the timings
                 decode_in_pieces(decoder, windows, stream)
             idle, _ = timed_decodes(decoder, windows, None, args.repeats)
-            with load:
+            with Background(load.step, load.stream) as running:
                 own, own_audio = timed_decodes(decoder, windows, None, args.repeats)
-            own_rate = load.rate
-            with load:
+            own_rate = running.rate
+            with Background(load.step, load.stream) as running:
                 urgent, urgent_audio = timed_decodes(decoder, windows, highest, args.repeats)
-            urgent_rate = load.rate
+            urgent_rate = running.rate
             diff = max(float(np.abs(a - b).max()) for a, b in zip(own_audio, urgent_audio, strict=True))
             print(f"{batch:>5} {idle:>7.3f}s {own:>7.3f}s {own / idle:>5.2f}x {own_rate:>7.1f} {urgent:>10.3f}s "
                   f"{urgent / idle:>5.2f}x {urgent_rate:>7.1f} {diff:>10.2e}", flush=True)  # fmt: skip

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from background_load import Background  # noqa: E402
 
 from stages.sm_partition import partition_size, partitioned_stream  # noqa: E402
 
@@ -103,32 +104,6 @@ def timed(run, stream, repeats: int = 5) -> float:
             run()
         stream.synchronize()
     return (time.perf_counter() - began) / repeats
-
-
-class Background:
-    """`run` looped on `stream` on its own thread, one sync an iteration, until the block ends."""
-
-    def __init__(self, run, stream):
-        self.run, self.stream, self.stop = run, stream, threading.Event()
-
-    def _loop(self) -> None:
-        with torch.cuda.stream(self.stream):
-            while not self.stop.is_set():
-                self.run()
-                self.stream.synchronize()
-                self.iterations += 1
-
-    def __enter__(self):
-        self.iterations, self.began = 0, time.perf_counter()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-        time.sleep(0.2)
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        self.rate = self.iterations / (time.perf_counter() - self.began)
 
 
 def main() -> None:
