@@ -4,10 +4,11 @@ Each request collects codec frames as they stream in from the talker. Its window
 (stages/generation/window_policy.py) says when it is due and for which frames: a small first
 window (`first_chunk_size`: a fast first packet), then `async_chunk_size` frames, then, with a
 growing policy, larger windows (what it has, once its audio buffered ahead of playback runs low);
-or the rest once its input is complete (a backlog larger than the next window drains window by
+or the rest once its input is complete (a backlog larger than the largest window drains window by
 window, each decode bounded). A request whose frames all arrived before its first chunk is decoded as
 one whole sequence (that is the async-chunk-off path, and it equals the model's own
-whole-sequence decoding exactly). Due windows of one shape (the decoder's `batch_key`, by default the
+whole-sequence decoding exactly). A later window whose batch has not begun is planned again at every
+step, so one whose request's input completed while it waited takes the rest with it. Due windows of one shape (the decoder's `batch_key`, by default the
 same start, end and finality) start decoding together, up to `max_batch` in a batch, and each step
 advances one batch in flight by one piece of its decode (a decoder with `begin` decodes in pieces,
 one step of its ODE each; others in one): the batch with the earliest deadline (`most_urgent`), so
@@ -168,6 +169,7 @@ class GenerationEngine(StageEngine):
         """Queue each due window in a batch of its shape (the decoder's `batch_key`) that has not begun,
         then advance the most urgent batch by one piece (`most_urgent`); its outputs once it is done."""
         now = self.clock()
+        self._replan_waiting(now)
         decoding = {window.stream.request_id for batch in self.batches for window in batch.windows}
         for stream in earliest_deadline_first(self.policy, list(self.streams.values())):
             span = None if stream.request_id in decoding else self.policy.next_window(stream, now)
@@ -181,6 +183,28 @@ class GenerationEngine(StageEngine):
         done = sum(window.end - window.start for window in batch.windows) if outputs else 0
         self.last_step = StepStats(batch=len(batch.windows), units=done)
         return outputs
+
+    def _replan_waiting(self, now: float) -> None:
+        """Later windows of batches that have not begun, planned again from what their requests hold now:
+        one whose request's input completed while it waited decodes the rest with it, not in a window
+        after it. First windows stay as they were queued: they are what a request's first audio waits for."""
+        replanned = []
+        for batch in self.batches:
+            if batch.pieces is not None:
+                continue
+            kept = []
+            for window in batch.windows:
+                span = None if window.start == 0 else self.policy.next_window(window.stream, now)
+                if span is None or span == (window.start, window.end, window.final):
+                    kept.append(window)
+                else:
+                    replanned.append(Window(window.stream, *span))
+            if len(kept) < len(batch.windows):
+                batch.windows = kept
+                batch.deadline = min((self.policy.deadline(window.stream) for window in kept), default=batch.deadline)
+        self.batches = [batch for batch in self.batches if batch.windows]
+        for window in replanned:
+            self._queue(window)
 
     def _queue(self, window: Window) -> None:
         key = self.batch_key(window)

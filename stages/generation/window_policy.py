@@ -9,6 +9,10 @@ From the third window on, window ends fall on multiples of `align` (the decoder'
 block), so that steady windows of any request at any point have spans of one length: they batch
 together and reuse one CUDA graph.
 
+Once a request's input is complete, the rest is decoded as one window if it fits in the largest
+window (or in the next one with its look-ahead): a request whose talker finished while its audio was
+still being decoded, as under load when the decoder is the slower stage, pays for fewer windows.
+
 Starving. A window waits until its frames (and the look-ahead) are in. If meanwhile the audio a
 request has buffered ahead of playback drops below `low_water_s`, the request decodes what it
 has (at least `chunk` frames) rather than wait: a slow upstream never makes its audio stutter
@@ -72,7 +76,7 @@ class WindowPolicy:
         """The window (start, end, final) the request may decode now, or None while it waits for frames."""
         start, available = stream.emitted, stream.available
         end = self._aligned(start + self.target(stream.windows), stream.windows)
-        if stream.input_done and (start == 0 or available <= end + self.lookahead):
+        if stream.input_done and (start == 0 or available <= max(end + self.lookahead, start + self.max_window)):
             return start, available, True
         if available >= end + self.lookahead:
             return start, end, False

@@ -106,6 +106,41 @@ def test_due_windows_of_one_shape_join_a_batch_that_has_not_begun():
     assert [output.request_id for output in outputs] == ["b", "a", "c"]
 
 
+def test_a_later_window_whose_request_ended_before_it_began_takes_the_rest():
+    """Windows after a request's first are planned again when their batch begins."""
+    decoder, clock = PiecedDecoder(), Clock()
+    engine = _engine(decoder, clock)
+    engine.add_request(_request("a", [1, 2]))
+    _steps(engine, PIECES)  # a's first window [0, 2)
+    clock.now = 0.001
+    engine.add_request(_request("b", [1, 2, 3], finished=True))
+    engine.add_chunk(_request("a", [3, 4, 5, 6], seq=1))  # a's next window [2, 6) is due, behind b's decode
+    engine.step()
+    engine.add_chunk(_request("a", [], seq=2, finished=True))
+    outputs = _steps(engine, 2 * PIECES - 1)
+    assert [(output.request_id, output.params["frames"], output.finished) for output in outputs] == [
+        ("b", [0, 3], True),
+        ("a", [2, 6], True),
+    ]
+    assert not engine.has_unfinished() and not engine.batches
+
+
+def test_a_first_window_stays_as_it_was_queued_when_its_request_ends_before_it_begins():
+    decoder, clock = PiecedDecoder(), Clock()
+    engine = _engine(decoder, clock)
+    engine.add_request(_request("b", [1, 2, 3], finished=True))
+    clock.now = 0.001
+    engine.add_request(_request("a", [1, 2]))  # its first window [0, 2) waits behind b's decode
+    engine.step()
+    engine.add_chunk(_request("a", [3, 4], seq=1, finished=True))
+    outputs = _steps(engine, 3 * PIECES - 1)
+    assert [(output.request_id, output.params["frames"]) for output in outputs] == [
+        ("b", [0, 3]),
+        ("a", [0, 2]),
+        ("a", [2, 4]),
+    ]
+
+
 def test_a_failing_batch_is_decoded_again_window_by_window_and_fails_only_its_culprit():
     decoder, clock = PiecedDecoder(fail_with="bad"), Clock()
     engine = _engine(decoder, clock)

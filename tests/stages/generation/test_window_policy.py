@@ -32,12 +32,16 @@ def test_later_window_ends_fall_on_the_alignment_so_steady_spans_are_equal():
     assert windows[-1][1] + 12 <= 1000
 
 
-def test_a_request_whose_input_is_done_decodes_the_rest_and_one_never_started_decodes_whole():
+def test_a_request_whose_input_is_done_decodes_the_rest_within_the_largest_window_and_one_never_started_whole():
     assert POLICY.next_window(StreamProgress(0.0, available=300, input_done=True), 0.0) == (0, 300, True)
     tail = StreamProgress(0.0, available=96, input_done=True, emitted=30, windows=2, first_audio_at=0.0)
     assert POLICY.next_window(tail, 0.0) == (30, 96, True)  # fits the window (50 frames, aligned) + look-ahead
     long_tail = StreamProgress(0.0, available=400, input_done=True, emitted=84, windows=3, first_audio_at=0.0)
     assert POLICY.next_window(long_tail, 0.0) == (84, 180, False)
+    rest = StreamProgress(0.0, available=101, input_done=True, emitted=5, windows=1, first_audio_at=0.0)
+    assert POLICY.next_window(rest, 0.0) == (5, 101, True)  # past the next window (25) but within the largest (96)
+    rest.available = 102
+    assert POLICY.next_window(rest, 0.0) == (5, 30, False)
 
 
 def test_a_starving_request_decodes_what_it_has_instead_of_waiting_for_a_larger_window():
