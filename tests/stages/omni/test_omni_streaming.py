@@ -137,7 +137,8 @@ def test_omni_token2wav_chunks_within_documented_tolerance(omni_models):
     from stages.models.qwen2_5_omni import build_token2wav
 
     codes = np.random.default_rng(0).integers(0, 8192, size=36).tolist()
-    engine = build_token2wav(omni_models["qwen2_5_omni"], StageDeployConfig(first_chunk_size=5, async_chunk_size=10))
+    deploy = StageDeployConfig(first_chunk_size=5, async_chunk_size=10, options={"window_max": 10})  # three windows
+    engine = build_token2wav(omni_models["qwen2_5_omni"], deploy)
 
     def make(part, seq, finished):
         return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
@@ -175,13 +176,13 @@ def test_token2wav_dit_autocast_is_close_to_float32_and_bad_values_are_refused(o
 
 def _whole_and_chunked(omni_models, codes, options):
     """A token2wav engine with these options; the audio of `codes` decoded whole, and its outputs when
-    the codes come three at a time (first chunk 5, then 8)."""
+    the codes come three at a time (first chunk 5, then windows of 8)."""
     from stages.models.qwen2_5_omni import build_token2wav
 
     def make(part, seq, finished):
         return StageRequest(request_id="r", stage_id=2, seq=seq, finished=finished, prompt_token_ids=part)
 
-    stage = StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options=options)
+    stage = StageDeployConfig(first_chunk_size=5, async_chunk_size=8, options={"window_max": 8, **options})
     engine = build_token2wav(omni_models["qwen2_5_omni"], stage)
     whole = _audio(_drive(engine, [codes], make))
     chunked = _drive(engine, [codes[i : i + 3] for i in range(0, len(codes), 3)], make)
