@@ -8,11 +8,12 @@ or the rest once its input is complete (a backlog larger than the largest window
 window, each decode bounded). A request whose frames all arrived before its first chunk is decoded as
 one whole sequence (that is the async-chunk-off path, and it equals the model's own
 whole-sequence decoding exactly). A later window whose batch has not begun is planned again at every
-step, so one whose request's input completed while it waited takes the rest with it. Due windows of one shape (the decoder's `batch_key`, by default the
-same start, end and finality) start decoding together, up to `max_batch` in a batch, and each step
-advances one batch in flight by one piece of its decode (a decoder with `begin` decodes in pieces,
-one step of its ODE each; others in one): the batch with the earliest deadline (`most_urgent`), so
-a newcomer's first window goes ahead of steady windows even half-way through their decode. Each
+step, so one whose request's input completed while it waited takes the rest with it. Due windows of
+one shape (the decoder's `batch_key`, by default the same start, end and finality) start decoding
+together, up to `max_batch` in a batch, and each step advances one batch in flight by one piece of
+its decode (a decoder with `begin` decodes in pieces, one step of its ODE each; others in one): the
+batch with the earliest deadline (`most_urgent`), so a newcomer's first window goes ahead of steady
+windows even half-way through their decode. Each
 chunk's audio is the window's samples for the chunk's frames, the left context and look-ahead cut
 off. A failing batch is started again request by request, so one bad request fails alone.
 
