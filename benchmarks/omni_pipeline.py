@@ -166,7 +166,10 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
             **({"window_max": args.window_max} if args.window_max else {}),
         },
     }
-    stages = {name: {**ar, "options": {"compile": name in args.compile}} for name in ("thinker", "talker")}
+    ar_options = {"prompt_graphs": True} if args.prompt_graphs else {}
+    stages = {
+        name: {**ar, "options": {"compile": name in args.compile, **ar_options}} for name in ("thinker", "talker")
+    }
     return {"stages": {**stages, "code2wav": code2wav}}
 
 
@@ -428,6 +431,11 @@ def main() -> None:
         nargs="*",
         choices=["thinker", "talker"],
         help="options.compile for these AR stages: their decode graphs run one torch.compiled decoder layer (no names: both)",
+    )
+    parser.add_argument(
+        "--prompt-graphs",
+        action="store_true",
+        help="options.prompt_graphs for the thinker and the talker: a step of one prompt replays its token bucket's graph",
     )
     parser.add_argument(
         "--code2wav-compile",

@@ -25,7 +25,7 @@ class Step:
     decodes: int
     prompt_tokens: int
     path: str
-    """`ModelRunner.last_path`: "graph", "split" or "eager" (steps that scheduled nothing are not recorded)."""
+    """`ModelRunner.last_path`: "graph", "split", "eager" or "prompt" (steps that scheduled nothing are not recorded)."""
 
 
 STEPS: list[Step] = []
@@ -67,7 +67,7 @@ def report(since: float, first_seconds: float = 2.0) -> None:
     for thread in sorted({step.thread for step in steps}):
         mine = [step for step in steps if step.thread == thread]
         kinds = []
-        for kind in ("graph", "split", "eager"):
+        for kind in ("graph", "split", "eager", "prompt"):
             times = [step.seconds * 1e3 for step in mine if step.path == kind]
             if times:
                 kinds.append(

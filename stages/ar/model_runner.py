@@ -9,7 +9,9 @@ rewrite prompt positions). On CUDA, decode batches replay a captured graph (see
 computed eagerly and the graph takes them from its static buffer. A step that also computes prompt
 chunks runs in two forwards: the decodes replay their graph, the chunks run eagerly after them
 (`last_path` "split"). Under load requests arrive all the time, and one eager forward for the
-whole step would cost every running request an eager decode whenever anyone is admitted.
+whole step would cost every running request an eager decode whenever anyone is admitted. With
+prompt graphs enabled, a step whose only work is one prompt from its first token replays a graph
+captured for its token bucket (`prompt_graphs.PromptGraphs`, `last_path` "prompt").
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ class ModelRunner:
         self.block_manager = block_manager
         self.device = device
         self.graphs = None
+        self.prompt_graphs = None
         self.last_path = "none"
-        """How the last step ran: "graph", "eager" or "split"."""
+        """How the last step ran: "graph", "eager", "split" or "prompt"."""
 
     def enable_cuda_graphs(self, max_batch: int, max_context: int, capture: bool = True, compile: bool = False) -> None:
         from stages.ar.cuda_graphs import DecodeGraphs
@@ -67,12 +70,22 @@ class ModelRunner:
             self.adapter, self.kv_cache, block_size, max_batch, max_context, capture, compile, embeds_width
         )
 
+    def enable_prompt_graphs(self, max_tokens: int, capture: bool = True) -> None:
+        from stages.ar.prompt_graphs import PromptGraphs
+
+        embeds_width = self.adapter.embeds_width if self.adapter.always_embed else None
+        self.prompt_graphs = PromptGraphs(
+            self.adapter, self.kv_cache, self.block_manager.block_size, max_tokens, capture, embeds_width
+        )
+
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
         num_decodes = batch.num_decodes
         packed = self._pack(batch, num_decodes)
         wants_hidden = any(seq.hidden_layers for seq, _, _ in packed.owners)
-        if self._decodes_replay(packed, num_decodes):
+        if self._prompt_replays(packed, num_decodes):
+            self.last_path, outputs = "prompt", self._run_prompt_graph(packed, wants_hidden)
+        elif self._decodes_replay(packed, num_decodes):
             if num_decodes == len(packed.owners):
                 self.last_path, outputs = "graph", self._run_graph(packed, wants_hidden)
             else:
@@ -87,6 +100,23 @@ class ModelRunner:
         if wants_hidden:
             result.hidden = self._hidden_rows(packed, outputs.hidden_states)
         return result
+
+    def _prompt_replays(self, packed: _Packed, num_decodes: int) -> bool:
+        """Whether this step is one prompt from its first token that a prompt graph takes."""
+        if self.prompt_graphs is None or num_decodes or len(packed.owners) != 1:
+            return False
+        return self.prompt_graphs.takes(*packed.owners[0])
+
+    def _run_prompt_graph(self, packed: _Packed, wants_hidden: bool) -> ModelOutputs:
+        seq, _, _ = packed.owners[0]
+        embeds = None
+        if self.prompt_graphs.takes_embeds:
+            token_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
+            embeds = self._embeddings(token_ids, self._graph_inputs(packed))
+        outputs = self.prompt_graphs.run(packed.token_ids, packed.slots, seq.block_table, embeds, wants_hidden)
+        if not packed.logits_rows:
+            outputs.logits = outputs.logits[:0]
+        return outputs
 
     def _decodes_replay(self, packed: _Packed, num_decodes: int) -> bool:
         """Whether this step's decodes run through the graph step (alone, or split from its prompt chunks)."""

@@ -10,7 +10,9 @@ elsewhere) and `options`:
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
 "uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (true on CUDA,
 false elsewhere: compiles the graph step's decoder layers with torch.compile before capture, one
-graph per batch size shared by all layers, see `compiled_layers.py`),
+graph per batch size shared by all layers, see `compiled_layers.py`), `prompt_graphs` (false; true:
+on CUDA a step whose only work is one prompt from its first token replays a graph captured per
+token bucket, see `prompt_graphs.py`; "uncaptured": their static buffers run eagerly, for tests),
 `hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
 default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
 which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
@@ -116,7 +118,8 @@ class ARTorchEngine(StageEngine):
             self.block_manager.capacity_tokens,
             getattr(config, "max_position_embeddings", deploy.max_length),
         )
-        self.scheduler = Scheduler(self.block_manager, deploy.max_batch, self._prefill_budget(deploy))
+        self.prefill_budget = self._prefill_budget(deploy)
+        self.scheduler = Scheduler(self.block_manager, deploy.max_batch, self.prefill_budget)
         self.runner = ModelRunner(adapter, self.kv_cache, self.block_manager, self.device)
         self.sampler = Sampler(self.eos_token_ids, self.device)
         self.sequences: dict[str, Sequence] = {}
@@ -135,6 +138,13 @@ class ARTorchEngine(StageEngine):
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, capture=False, compile=compile_step)
         elif graphs and self.device.type == "cuda":
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, compile=compile_step)
+        prompt_graphs = self.options.get("prompt_graphs", False) if adapter.supports_cuda_graphs else False
+        if prompt_graphs not in (True, False, "uncaptured"):
+            raise ConfigError("options.prompt_graphs", f"must be true, false or 'uncaptured', got {prompt_graphs!r}")
+        if prompt_graphs == "uncaptured":
+            self.runner.enable_prompt_graphs(self.prefill_budget, capture=False)
+        elif prompt_graphs and self.device.type == "cuda":
+            self.runner.enable_prompt_graphs(self.prefill_budget)
 
     def _prefill_budget(self, deploy: StageDeployConfig) -> int:
         if deploy.prefill_chunk is not None:

@@ -53,7 +53,7 @@ def test_omni_offline_api_equals_transformers(omni_models, references, family):
 
 GRAPH_OPTIONS = {
     "eager": {"cuda_graphs": False},
-    "uncaptured": {"cuda_graphs": "uncaptured"},
+    "uncaptured": {"cuda_graphs": "uncaptured", "prompt_graphs": "uncaptured"},
     "compiled": {"cuda_graphs": "uncaptured", "compile": True},
 }
 
@@ -65,7 +65,8 @@ GRAPH_OPTIONS = {
 )
 def test_omni_stage_chain_codes_equal_transformers(omni_models, references, family, graphs):
     """`graphs="uncaptured"` runs the AR stages' CUDA-graph decode step (static buffers, padded batch,
-    the talker's embeddings buffer) eagerly, so its numerics are checked on CPU too; "compiled" runs
+    the talker's embeddings buffer) and their prompt steps' bucket buffers eagerly, so their numerics
+    are checked on CPU too; "compiled" runs
     it with the thinker's and the talker's decoder layers compiled by torch.compile (`options.compile`)."""
     reference = references[family]
     request = StageRequest(

@@ -1,0 +1,73 @@
+"""`options.prompt_graphs`: a step whose only work is one prompt from its first token runs through a
+static buffer of its token bucket (on CUDA, a captured graph; "uncaptured" runs the same buffers
+eagerly, so the padding, the static block table and the single logits row are checked here).
+
+Each prompt arrives alone, so its first step is such a step; the tokens must equal transformers'. A
+prompt longer than the step's budget (64 tokens here) computes its first chunk through the bucket of
+64 and the rest eagerly; a prompt that arrives while another decodes runs eagerly beside it."""
+
+from __future__ import annotations
+
+import pytest
+
+from stages.ar import ARTorchEngine
+from stages.config import StageDeployConfig
+from stages.errors import ConfigError
+from stages.protocol import SamplingParams, StageRequest
+
+PROMPT_LENGTHS = [2, 5, 16, 17, 40, 64, 70]  # one token is single-token work: the decode path
+MAX_NEW_TOKENS = 8
+
+
+def engine_for(path, **options) -> ARTorchEngine:
+    deploy = StageDeployConfig(max_batch=4, prefill_chunk=64, options={"prompt_graphs": "uncaptured", **options})
+    return ARTorchEngine.from_pretrained(path, deploy)
+
+
+def record_paths(engine) -> list[str]:
+    paths, run = [], engine.runner.run
+
+    def recording(batch):
+        result = run(batch)
+        paths.append(engine.runner.last_path)
+        return result
+
+    engine.runner.run = recording
+    return paths
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "llama"])
+def test_prompts_alone_run_their_bucket_and_keep_the_tokens(arch, tiny_llms, hf_models, helpers):
+    import random
+
+    engine = engine_for(tiny_llms[arch])
+    paths = record_paths(engine)
+    rng = random.Random(7)
+    sampling = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS, ignore_eos=True)
+    for length in PROMPT_LENGTHS:
+        prompt = [rng.randrange(engine.vocab_size) for _ in range(length)]
+        request = StageRequest(request_id=f"p{length}", prompt_token_ids=prompt, sampling=sampling)
+        paths.clear()
+        [result] = helpers.run_engine(engine, {0: [request]}).values()
+
+        assert result.token_ids == helpers.hf_greedy(hf_models(arch), prompt, MAX_NEW_TOKENS), f"{length} tokens"
+        assert paths[0] == "prompt", (length, paths)
+        assert "prompt" not in paths[1:], (length, paths)  # the rest of a long prompt, then decodes
+    assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks - 1
+
+
+def test_a_prompt_beside_a_decode_runs_eagerly(tiny_llms, helpers):
+    engine = engine_for(tiny_llms["qwen2"], cuda_graphs=False)
+    paths = record_paths(engine)
+    sampling = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    first = StageRequest(request_id="a", prompt_token_ids=[3, 4, 5], sampling=sampling)
+    second = StageRequest(request_id="b", prompt_token_ids=[6, 7, 8, 9], sampling=sampling)
+    helpers.run_engine(engine, {0: [first], 1: [second]})
+
+    assert paths[:2] == ["prompt", "eager"]
+
+
+def test_prompt_graphs_option_is_checked(tiny_llms):
+    with pytest.raises(ConfigError) as error:
+        engine_for(tiny_llms["qwen2"], prompt_graphs="yes")
+    assert error.value.field == "options.prompt_graphs"
