@@ -166,7 +166,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
             **({"window_max": args.window_max} if args.window_max else {}),
         },
     }
-    ar_options = {"prompt_graphs": True} if args.prompt_graphs else {}
+    ar_options = {"prompt_graphs": False} if args.no_prompt_graphs else {}
     stages = {
         name: {**ar, "options": {"compile": name in args.compile, **ar_options}} for name in ("thinker", "talker")
     }
@@ -433,9 +433,9 @@ def main() -> None:
         help="options.compile for these AR stages: their decode graphs run one torch.compiled decoder layer (no names: both)",
     )
     parser.add_argument(
-        "--prompt-graphs",
+        "--no-prompt-graphs",
         action="store_true",
-        help="options.prompt_graphs for the thinker and the talker: a step of one prompt replays its token bucket's graph",
+        help="options.prompt_graphs false for the thinker and the talker: a step of one prompt runs eagerly",
     )
     parser.add_argument(
         "--code2wav-compile",

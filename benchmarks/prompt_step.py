@@ -7,8 +7,8 @@ Builds the thinker alone (Qwen3-Omni-30B-A3B-shaped or Qwen2.5-Omni-7B-shaped wi
 tiny checkpoint) with its prompt graphs captured ("uncaptured" on a CPU), then alternates a prompt of
 `--prompt-tokens` random tokens arriving alone through its bucket's graph and the same with the graphs
 set aside (eager, as without the option): the time from the step's start to its first token on the
-host, the device synchronized, medians and the ratio. The decode layers stay uncompiled (`compile`
-changes only the decode graphs).
+host, the device synchronized, medians and the ratio (`options.prompt_graphs`, on by default on
+CUDA). The decode layers stay uncompiled (`compile` changes only the decode graphs).
 """
 
 from __future__ import annotations

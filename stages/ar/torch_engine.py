@@ -10,7 +10,7 @@ elsewhere) and `options`:
 `block_size` (16), `num_kv_blocks` (overrides the memory budget), `cuda_graphs` (True: on CUDA;
 "uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (true on CUDA,
 false elsewhere: compiles the graph step's decoder layers with torch.compile before capture, one
-graph per batch size shared by all layers, see `compiled_layers.py`), `prompt_graphs` (false; true:
+graph per batch size shared by all layers, see `compiled_layers.py`), `prompt_graphs` (as `cuda_graphs`:
 on CUDA a step whose only work is one prompt from its first token replays a graph captured per
 token bucket, see `prompt_graphs.py`; "uncaptured": their static buffers run eagerly, for tests),
 `hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
@@ -138,7 +138,7 @@ class ARTorchEngine(StageEngine):
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, capture=False, compile=compile_step)
         elif graphs and self.device.type == "cuda":
             self.runner.enable_cuda_graphs(deploy.max_batch, self.max_length, compile=compile_step)
-        prompt_graphs = self.options.get("prompt_graphs", False) if adapter.supports_cuda_graphs else False
+        prompt_graphs = self.options.get("prompt_graphs", graphs is True) if adapter.supports_cuda_graphs else False
         if prompt_graphs not in (True, False, "uncaptured"):
             raise ConfigError("options.prompt_graphs", f"must be true, false or 'uncaptured', got {prompt_graphs!r}")
         if prompt_graphs == "uncaptured":
