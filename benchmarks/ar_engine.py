@@ -228,7 +228,7 @@ def print_kernel_profile(graphs, size: int) -> None:
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
-            graphs.graphs[size].replay()
+            graphs.steps.graphs[size].replay()
         torch.cuda.synchronize()
     print(f"decode graph, batch {size}, 3 replays:", flush=True)
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20), flush=True)
@@ -236,7 +236,7 @@ def print_kernel_profile(graphs, size: int) -> None:
 
 def replay_ms(graphs, size: int, repeats: int = 50) -> float:
     """GPU time of one captured decode step (the lower bound of a step; the rest is host work)."""
-    graph = graphs.graphs[size]
+    graph = graphs.steps.graphs[size]
     graph.replay()
     torch.cuda.synchronize()
     start = time.perf_counter()

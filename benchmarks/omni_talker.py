@@ -112,9 +112,9 @@ def seconds_per_frame(stage, request, device: str, profile: cProfile.Profile | N
 def replay_seconds(stage, device: str, replays: int = 300) -> float | None:
     """The batch-1 decode graph replayed alone: the floor of a step without fewer or fused kernels."""
     graphs = stage.engine.runner.graphs
-    if graphs is None or not graphs.capture:
+    if graphs is None or graphs.sizes[0] not in graphs.steps.graphs:
         return None
-    graph = graphs.graphs[graphs.sizes[0]]
+    graph = graphs.steps.graphs[graphs.sizes[0]]
     synchronize(device)
     began = time.perf_counter()
     for _ in range(replays):

@@ -235,7 +235,7 @@ def count_calls(owner, name: str) -> list[int]:
 
 
 def check_captured(name: str, graphs) -> None:
-    captured = sorted(graphs.graphs) if graphs is not None else []
+    captured = sorted(graphs.steps.graphs) if graphs is not None else []
     sizes = graphs.sizes if graphs is not None else "no decode graphs (the adapter says they cannot run)"
     report(f"{name}: decode steps captured at every batch size", captured == sizes, f"captured {captured} of {sizes}")
     if captured:
@@ -248,15 +248,15 @@ def check_replays(name: str, graphs) -> None:
 
     worst = 0.0
     with torch.inference_mode():
-        for size, graph in graphs.graphs.items():
+        for size, graph in graphs.steps.graphs.items():
             graph.replay()
-            replayed = graphs.outputs[size].logits.float().clone()
+            replayed = graphs.steps.outputs[size].logits.float().clone()
             eager = graphs._forward(size).logits.float()
             worst = max(worst, float((replayed - eager).abs().max() / eager.abs().max().clamp_min(1e-12)))
     report(
         f"{name}: graph replay == eager step",
         worst <= 1e-2,
-        f"max |logit diff| / max |logit| {worst:.1e} over batch sizes {sorted(graphs.graphs)}",
+        f"max |logit diff| / max |logit| {worst:.1e} over batch sizes {sorted(graphs.steps.graphs)}",
     )
 
 
@@ -283,7 +283,7 @@ def check_talker(args, config) -> None:
             f"captured {captured} of {predictor.sizes}",
         )
         for size in (1, 8):
-            graph = ar.runner.graphs.graphs.get(size)
+            graph = ar.runner.graphs.steps.graphs.get(size)
             if graph is not None:
                 ms = timed(graph.replay, args.device, 20)
                 report(f"talker: one decode step at batch {size}", True, f"{ms:.2f} ms (graph replay)")

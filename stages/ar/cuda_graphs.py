@@ -25,9 +25,9 @@ from contextlib import nullcontext
 import torch
 
 from stages.ar.attention import AttentionBatch
+from stages.ar.captured_steps import CapturedSteps, PinnedStaging
 from stages.ar.compiled_layers import CompiledLayers
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
-from stages.sm_partition import capture_stream
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ class DecodeGraphs:
         embeds_width: int | None = None,
     ):
         self.adapter = adapter
-        self.capture = capture
         self.compiled = CompiledLayers(adapter.model) if compile else None
         self.kv_cache = kv_cache
         self.block_size = block_size
@@ -60,18 +59,13 @@ class DecodeGraphs:
         # One buffer, one host-to-device copy per step: columns ids, positions, slots, context lengths, blocks.
         self.inputs = torch.zeros((max_batch, 4 + max_blocks), dtype=torch.long, device=device)
         self.inputs[:, 3] = 1
-        # The host side of that copy: filled in place through a numpy view, pinned on CUDA so the
-        # copy is asynchronous; `_copied` says when the device has read it and it may be refilled.
-        self.staging = torch.zeros(self.inputs.shape, dtype=torch.long, pin_memory=device.type == "cuda")
-        self.staged = self.staging.numpy()
-        self._copied = torch.cuda.Event() if device.type == "cuda" else None
+        self.staging = PinnedStaging(self.inputs)
         self.context_positions = torch.arange(max_blocks * block_size, dtype=torch.long, device=device)
         self.takes_embeds = embeds_width is not None
         if self.takes_embeds:
             dtype = next(adapter.model.parameters()).dtype
             self.embeds = torch.zeros((max_batch, embeds_width), dtype=dtype, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, ModelOutputs] = {}
+        self.steps = CapturedSteps(self._forward, "decode step of batch")
         if capture:
             self._capture()
 
@@ -86,21 +80,7 @@ class DecodeGraphs:
                 self.sizes,
                 len(self.compiled.layers),
             )
-        pool = None
-        for size in reversed(self.sizes):
-            self._warm_up(size)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
-                    self.outputs[size] = self._forward(size)
-            except Exception:
-                logger.exception("capturing the decode step of batch %d failed; batches up to it run eagerly", size)
-                self.outputs.pop(size, None)
-                break
-            pool = graph.pool() if pool is None else pool
-            self.graphs[size] = graph
-        torch.cuda.synchronize()
+        self.steps.capture(self.sizes, warm_up=self._warm_up)
 
     def _warm_up(self, size: int) -> None:
         """Run once outside the graph (lazy inits, autotuning, compilation); fall back to eager on failure."""
@@ -158,9 +138,7 @@ class DecodeGraphs:
         """One decode step of `len(token_ids)` rows; padded rows read token 0 and attend to the null block."""
         count = len(token_ids)
         size = next(s for s in self.sizes if s >= count)
-        if self._copied is not None:
-            self._copied.synchronize()
-        staged = self.staged[:size]
+        staged = self.staging.fill()[:size]
         staged[:, 4:] = 0
         staged[count:, :3] = 0
         staged[count:, 3] = 1
@@ -170,16 +148,10 @@ class DecodeGraphs:
         staged[:count, 3] = lengths
         for row, table in enumerate(block_tables):
             staged[row, 4 : 4 + len(table)] = table
-        self.inputs[:size].copy_(self.staging[:size], non_blocking=True)
-        if self._copied is not None:
-            self._copied.record()
+        self.staging.send(rows=size)
         if embeds is not None:
             self.embeds[:count].copy_(embeds)
-        if size in self.graphs:
-            self.graphs[size].replay()
-            out = self.outputs[size]
-        else:
-            out = self._forward(size)
+        out = self.steps.run(size)
         hidden = tuple(h[:count] for h in out.hidden_states) if with_hidden else None
         last = out.last_hidden[:count] if out.last_hidden is not None else None
         return ModelOutputs(logits=out.logits[:count], hidden_states=hidden, last_hidden=last)

@@ -28,6 +28,10 @@ def rope_position_ids(inputs: ModelInputs) -> torch.Tensor:
     return positions.unsqueeze(1)
 
 
+def has_rope_table(seq) -> bool:
+    """Whether the sequence's prompt positions come from a rotary table rather than its indices."""
+    return seq.extra.get("rope") is not None
+
+
 def _has_table_rows(seq, start: int) -> bool:
-    table = seq.extra.get("rope")
-    return table is not None and start < table.shape[1]
+    return has_rope_table(seq) and start < seq.extra["rope"].shape[1]

@@ -3,8 +3,8 @@ bucket, replayed with the prompt padded to its bucket.
 
 Run eagerly, such a step launches every small kernel of every layer from Python: on an H100 a
 100-token prompt through the Qwen3-Omni thinker's 48 mixture-of-experts layers took ~0.1-0.2 s, the
-device busy for a fraction of it (docs/qwen3-omni.md). Replayed, it costs its device time. A request
-that arrives alone (a single user, a realtime turn) has such a step before its first token.
+device busy for a fraction of it (docs/qwen3-omni.md). Replayed, it costs its device time. A text
+request that arrives while nothing else decodes has such a step before its first token.
 
 A step is taken when it has no decodes and one chunk that starts at position 0, fits the largest
 bucket, and has plain positions (no M-RoPE table, no position offset) and no per-row side inputs
@@ -13,7 +13,8 @@ the B - L padded rows read token 0 (or stale embeddings), sit at positions L..B-
 row, and write their keys and values into the null block, so causal attention keeps them out of
 the real rows. The context is read through a static block table: the sequence's blocks, then the
 null block. Logits come for one row, the chunk's last. Buckets: 16, 32, ... doubling up to the
-step's token budget (at most 1024); captured largest first into one memory pool. With
+step's token budget (at most 1024); captured largest first into one memory pool
+(`captured_steps.py`: a size that fails to capture leaves it and the smaller ones eager). With
 `capture=False` the same static-buffer step runs eagerly (the tests check it on CPU against
 transformers).
 """
@@ -26,9 +27,10 @@ import torch
 
 from stages.ar.attention import AttentionBatch, PrefillChunk
 from stages.ar.block_manager import NULL_BLOCK
+from stages.ar.captured_steps import CapturedSteps, PinnedStaging
 from stages.ar.model_adapter import ModelInputs, ModelOutputs
+from stages.ar.mrope import has_rope_table
 from stages.ar.sequence import Sequence
-from stages.sm_partition import capture_stream
 
 logger = logging.getLogger(__name__)
 
@@ -61,48 +63,28 @@ class PromptGraphs:
         self.slots = self.inputs[largest : 2 * largest]
         self.table = self.inputs[2 * largest : 2 * largest + max_blocks]
         self.last = self.inputs[-1:]
-        self.staging = torch.zeros(self.inputs.shape, dtype=torch.long, pin_memory=device.type == "cuda")
-        self._copied = torch.cuda.Event() if device.type == "cuda" else None
+        self.staging = PinnedStaging(self.inputs)
         self.positions = torch.arange(largest, dtype=torch.long, device=device).unsqueeze(0)
         self.takes_embeds = embeds_width is not None
         if self.takes_embeds:
             dtype = next(adapter.model.parameters()).dtype
             self.embeds = torch.zeros((largest, embeds_width), dtype=dtype, device=device)
         self.capture = capture
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, ModelOutputs] = {}
+        self.steps = CapturedSteps(self._forward, "prompt step of tokens")
         if capture:
-            self._capture()
+            self.steps.capture(self.sizes)
+            logger.info("prompt steps captured for %s tokens", sorted(self.steps.graphs))
 
     def takes(self, seq: Sequence, start: int, count: int) -> bool:
         """Whether this chunk (the step's only work) runs through a prompt graph."""
         if start != 0 or count > self.sizes[-1] or seq.position_delta:
             return False
-        if seq.extra.get("rope") is not None or seq.extra.get("deepstack") is not None:
+        if has_rope_table(seq) or seq.extra.get("deepstack") is not None:  # read from the sequence, not the graph
             return False
         if not self.takes_embeds and seq.embeds_rows(0, count):
             return False
         size = next(s for s in self.sizes if s >= count)
-        return size in self.graphs or not self.capture
-
-    @torch.inference_mode()
-    def _capture(self) -> None:
-        pool = None
-        for size in reversed(self.sizes):
-            try:
-                self._forward(size)  # lazy initialisations outside the capture
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
-                    self.outputs[size] = self._forward(size)
-            except Exception:
-                logger.exception("capturing the prompt step of %d tokens failed; prompts up to it run eagerly", size)
-                self.outputs.pop(size, None)
-                break
-            pool = graph.pool() if pool is None else pool
-            self.graphs[size] = graph
-        torch.cuda.synchronize()
-        logger.info("prompt steps captured for %s tokens", sorted(self.graphs))
+        return size in self.steps.graphs or not self.capture
 
     def _forward(self, size: int) -> ModelOutputs:
         blocks = -(-size // self.block_size)
@@ -135,9 +117,7 @@ class PromptGraphs:
         count = len(token_ids)
         size = next(s for s in self.sizes if s >= count)
         largest = self.sizes[-1]
-        if self._copied is not None:
-            self._copied.synchronize()
-        staged = self.staging.numpy()
+        staged = self.staging.fill()
         staged[:] = 0  # padded rows: token 0, slot 0 (in the null block)
         staged[:count] = token_ids
         staged[largest : largest + count] = slots
@@ -146,16 +126,10 @@ class PromptGraphs:
         table[:] = NULL_BLOCK
         table[:blocks] = block_table[:blocks]
         staged[-1] = count - 1
-        self.inputs.copy_(self.staging, non_blocking=True)
-        if self._copied is not None:
-            self._copied.record()
+        self.staging.send()
         if embeds is not None:
             self.embeds[:count].copy_(embeds)
-        if size in self.graphs:
-            self.graphs[size].replay()
-            out = self.outputs[size]
-        else:
-            out = self._forward(size)
+        out = self.steps.run(size)
         hidden = None
         if with_hidden and out.hidden_states is not None:
             hidden = tuple(h[:count] for h in out.hidden_states)
