@@ -109,10 +109,7 @@ class ModelRunner:
 
     def _run_prompt_graph(self, packed: _Packed, wants_hidden: bool) -> ModelOutputs:
         seq, _, _ = packed.owners[0]
-        embeds = None
-        if self.prompt_graphs.takes_embeds:
-            token_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
-            embeds = self._embeddings(token_ids, self._graph_inputs(packed))
+        embeds = self._graph_embeddings(packed) if self.prompt_graphs.takes_embeds else None
         outputs = self.prompt_graphs.run(packed.token_ids, packed.slots, seq.block_table, embeds, wants_hidden)
         if not packed.logits_rows:
             outputs.logits = outputs.logits[:0]
@@ -199,10 +196,7 @@ class ModelRunner:
     def _run_graph(self, packed: _Packed, wants_hidden: bool) -> ModelOutputs:
         tables = [seq.block_table for seq, _, _ in packed.owners]
         lengths = [start + 1 for _, start, _ in packed.owners]
-        embeds = None
-        if self.graphs.takes_embeds:
-            token_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
-            embeds = self._embeddings(token_ids, self._graph_inputs(packed))
+        embeds = self._graph_embeddings(packed) if self.graphs.takes_embeds else None
         outputs = self.graphs.run(
             packed.token_ids, packed.positions, packed.slots, lengths, tables, embeds, with_hidden=wants_hidden
         )
@@ -210,9 +204,10 @@ class ModelRunner:
             outputs.logits = outputs.logits[packed.logits_rows]
         return outputs
 
-    def _graph_inputs(self, packed: _Packed) -> ModelInputs:
-        """What `adapter.embed` reads for a graph batch: its tokens, positions and owners."""
-        return ModelInputs(
+    def _graph_embeddings(self, packed: _Packed) -> torch.Tensor:
+        """The input embeddings of a batch whose graph reads them from its static buffer."""
+        token_ids = torch.tensor(packed.token_ids, dtype=torch.long, device=self.device)
+        inputs = ModelInputs(  # what `adapter.embed` reads: the batch's tokens, positions and owners
             input_ids=None,
             inputs_embeds=None,
             position_ids=torch.tensor(packed.positions, dtype=torch.long).unsqueeze(0),
@@ -221,6 +216,7 @@ class ModelRunner:
             attention=None,
             sequences=packed.owners,
         )
+        return self._embeddings(token_ids, inputs)
 
     def _block_tables(self, owners) -> tuple[torch.Tensor, list[int]]:
         lengths = [start + count for _, start, count in owners]

@@ -118,8 +118,7 @@ class ARTorchEngine(StageEngine):
             self.block_manager.capacity_tokens,
             getattr(config, "max_position_embeddings", deploy.max_length),
         )
-        self.prefill_budget = self._prefill_budget(deploy)
-        self.scheduler = Scheduler(self.block_manager, deploy.max_batch, self.prefill_budget)
+        self.scheduler = Scheduler(self.block_manager, deploy.max_batch, self._prefill_budget(deploy))
         self.runner = ModelRunner(adapter, self.kv_cache, self.block_manager, self.device)
         self.sampler = Sampler(self.eos_token_ids, self.device)
         self.sequences: dict[str, Sequence] = {}
@@ -142,9 +141,9 @@ class ARTorchEngine(StageEngine):
         if prompt_graphs not in (True, False, "uncaptured"):
             raise ConfigError("options.prompt_graphs", f"must be true, false or 'uncaptured', got {prompt_graphs!r}")
         if prompt_graphs == "uncaptured":
-            self.runner.enable_prompt_graphs(self.prefill_budget, capture=False)
+            self.runner.enable_prompt_graphs(self.scheduler.token_budget, capture=False)
         elif prompt_graphs and self.device.type == "cuda":
-            self.runner.enable_prompt_graphs(self.prefill_budget)
+            self.runner.enable_prompt_graphs(self.scheduler.token_budget)
 
     def _prefill_budget(self, deploy: StageDeployConfig) -> int:
         if deploy.prefill_chunk is not None:
