@@ -21,32 +21,29 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-REAL_SHAPED = {"7b-shaped": ("qwen2_5_omni_7b", "qwen2_5_omni"), "30b-shaped": ("qwen3_omni_30b_a3b", "qwen3_omni")}
+from omni_pipeline import REAL_SHAPED, load_format, model_dir_for  # noqa: E402 - beside this script
 
 
 def build(args, root: Path):
     from stages.config import StageDeployConfig
-    from stages.tiny import REAL_SHAPES, build_all
 
-    if args.model == "tiny":
-        family, model_dir, load_format = args.family, build_all(root, only=[args.family])[args.family], "auto"
-    else:
-        name, family = REAL_SHAPED[args.model]
-        model_dir, load_format = build_all(root, only=[name], builders=REAL_SHAPES)[name], "dummy"
+    if args.model in REAL_SHAPED:
+        args.family = REAL_SHAPED[args.model][1]
     graphs = True if args.device.startswith("cuda") else "uncaptured"
     deploy = StageDeployConfig(
         device=args.device,
         dtype="bfloat16" if args.device.startswith("cuda") else "float32",
-        load_format=load_format,
+        load_format=load_format(args),
         max_batch=8,
         options={"prompt_graphs": graphs, "compile": False, "talker_inputs": False},
     )
-    if family == "qwen3_omni":
+    if args.family == "qwen3_omni":
         from stages.models.qwen3_omni import build_thinker
     else:
         from stages.models.qwen2_5_omni import build_thinker
-    return build_thinker(model_dir, deploy)
+    return build_thinker(model_dir_for(args, root), deploy)
 
 
 def one_prompt(engine, tokens: list[int], index: int) -> float:
@@ -80,7 +77,7 @@ def main() -> None:
         began = time.perf_counter()
         engine = build(args, Path(scratch))
         print(f"thinker built in {time.perf_counter() - began:.1f} s; buckets captured: "
-              f"{sorted(engine.runner.prompt_graphs.graphs) or 'none (uncaptured)'}", flush=True)  # fmt: skip
+              f"{sorted(engine.runner.prompt_graphs.steps.graphs) or 'none (uncaptured)'}", flush=True)  # fmt: skip
         rng = random.Random(0)
         vocab = min(engine.vocab_size, 150_000)
         graphs = engine.runner.prompt_graphs
