@@ -435,7 +435,7 @@ def main() -> None:
     parser.add_argument(
         "--no-prompt-graphs",
         action="store_true",
-        help="options.prompt_graphs false for the thinker and the talker: a step of one prompt runs eagerly",
+        help="options.prompt_graphs false for the thinker and the talker: prompts run eagerly",
     )
     parser.add_argument(
         "--code2wav-compile",

@@ -4,7 +4,8 @@
 (benchmarks only): each step of each engine becomes a `Step` with its thread (a replica thread is
 named for its stage), its wall time (sampling and the host sync it waits for included), how many
 decodes and prompt tokens it computed, and how its forward ran: the decode graph replayed, split
-(decodes replayed, prompt chunks eager) or all eager. `report()` prints, per stage, the
+(decodes replayed, prompt chunks eager), all eager, prompts through a prompt graph, or split-prompt
+(decodes replayed, then the prompts' graph). `report()` prints, per stage, the
 steps of each kind with their mean and p50 time and, for the first seconds of a round, each step in
 order: what a request's first frame waits for when many arrive at once.
 """
@@ -25,7 +26,7 @@ class Step:
     decodes: int
     prompt_tokens: int
     path: str
-    """`ModelRunner.last_path`: "graph", "split", "eager" or "prompt" (steps that scheduled nothing are not recorded)."""
+    """`ModelRunner.last_path` (steps that scheduled nothing are not recorded)."""
 
 
 STEPS: list[Step] = []
@@ -67,7 +68,7 @@ def report(since: float, first_seconds: float = 2.0) -> None:
     for thread in sorted({step.thread for step in steps}):
         mine = [step for step in steps if step.thread == thread]
         kinds = []
-        for kind in ("graph", "split", "eager", "prompt"):
+        for kind in ("graph", "split", "eager", "prompt", "split-prompt"):
             times = [step.seconds * 1e3 for step in mine if step.path == kind]
             if times:
                 kinds.append(

@@ -11,7 +11,8 @@ layers (see `compiled_layers.py`).
 
 A step packs all scheduled tokens into one row [1, T]: first `num_decodes` single-token decodes
 (batched in one SDPA call over their gathered context), then the prefill chunks (one SDPA call
-each, causal with the chunk's offset). New keys and values are scattered into the cache at
+each, causal with the chunk's offset; prompts from position 0 packed as one chunk attend to their own
+rows under the chunk's mask, see `prompt_graphs.py`). New keys and values are scattered into the cache at
 `slot_mapping` before they are read, so a chunk attends to itself and to its cached prefix.
 Every operation on the decode path has static shapes, so it can be captured in a CUDA graph.
 """
@@ -33,8 +34,9 @@ class PrefillChunk:
     query_start: int
     query_len: int
     context_len: int
-    block_table: torch.Tensor
-    """[blocks] the sequence's cache blocks, covering positions 0..context_len-1."""
+    block_table: torch.Tensor | None
+    """[blocks] the sequence's cache blocks, covering positions 0..context_len-1; None: the context is
+    the chunk's own rows (prompts from position 0 packed together, kept apart by `mask`)."""
     mask: torch.Tensor | None
     """[query_len, context_len] bool, or None when the chunk starts at position 0 (plain causal)."""
 
@@ -101,7 +103,12 @@ def paged_attention_forward(
     if ar_batch.num_decodes:
         pieces.append(_decode_attention(queries, keys, values, ar_batch, groups, scaling))
     for chunk in ar_batch.prefills:
-        pieces.append(_prefill_attention(queries, keys, values, chunk, groups, scaling, ar_batch.kv_cache.block_size))
+        if chunk.block_table is None:
+            rows = slice(chunk.query_start, chunk.query_start + chunk.query_len)
+            context = key[0, :, rows], value[0, :, rows]  # [KVH, q, D]: the chunk's own rows
+        else:
+            context = _cached_context(keys, values, chunk, ar_batch.kv_cache.block_size)
+        pieces.append(_prefill_attention(queries, *context, chunk, groups, scaling))
     output = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
     return output.unsqueeze(0), None
 
@@ -121,11 +128,15 @@ def _decode_attention(queries, keys, values, batch: AttentionBatch, groups: int,
     return out.reshape(count, heads, dim)  # [N, H, D]
 
 
-def _prefill_attention(queries, keys, values, chunk: PrefillChunk, groups: int, scaling, block_size) -> torch.Tensor:
+def _cached_context(keys, values, chunk: PrefillChunk, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk's context read from the cache: ([KVH, ctx, D], [KVH, ctx, D])."""
+    return _context(keys, chunk, block_size).transpose(0, 1), _context(values, chunk, block_size).transpose(0, 1)
+
+
+def _prefill_attention(queries, keys, values, chunk: PrefillChunk, groups: int, scaling) -> torch.Tensor:
+    """queries [H, T, D] of the step, keys/values [KVH, ctx, D] of the chunk's context -> [q, H, D]."""
     q = queries[:, chunk.query_start : chunk.query_start + chunk.query_len]  # [H, q, D]
-    k = _context(keys, chunk, block_size).transpose(0, 1)  # [KVH, ctx, D]
-    v = _context(values, chunk, block_size).transpose(0, 1)
-    k, v = _expand_heads(k, groups), _expand_heads(v, groups)  # [H, ctx, D]
+    k, v = _expand_heads(keys, groups), _expand_heads(values, groups)  # [H, ctx, D]
     if chunk.mask is None:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
     else:

@@ -7,11 +7,12 @@ Positions are token indices plus the sequence's `position_delta` (M-RoPE models;
 rewrite prompt positions). On CUDA, decode batches replay a captured graph (see
 `cuda_graphs.DecodeGraphs`); for an adapter that always embeds (a talker), the embeddings are
 computed eagerly and the graph takes them from its static buffer. A step that also computes prompt
-chunks runs in two forwards: the decodes replay their graph, the chunks run eagerly after them
-(`last_path` "split"). Under load requests arrive all the time, and one eager forward for the
-whole step would cost every running request an eager decode whenever anyone is admitted. With
-prompt graphs enabled, a step whose only work is one prompt from its first token replays a graph
-captured for its token bucket (`prompt_graphs.PromptGraphs`, `last_path` "prompt").
+chunks runs in two forwards: the decodes replay their graph, then the chunks (`last_path` "split").
+Under load requests arrive all the time, and one eager forward for the whole step would cost every
+running request an eager decode whenever anyone is admitted. With prompt graphs enabled, prompts
+from their first token replay a graph captured for their token bucket
+(`prompt_graphs.PromptGraphs`): alone in a step (`last_path` "prompt") or after the decodes'
+graph ("split-prompt"); other chunks run eagerly.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class ModelRunner:
         self.graphs = None
         self.prompt_graphs = None
         self.last_path = "none"
-        """How the last step ran: "graph", "eager", "split" or "prompt"."""
+        """How the last step ran: "graph", "eager", "split", "prompt" or "split-prompt"."""
 
     def enable_cuda_graphs(self, max_batch: int, max_context: int, capture: bool = True, compile: bool = False) -> None:
         from stages.ar.cuda_graphs import DecodeGraphs
@@ -70,13 +71,11 @@ class ModelRunner:
             self.adapter, self.kv_cache, block_size, max_batch, max_context, capture, compile, embeds_width
         )
 
-    def enable_prompt_graphs(self, max_tokens: int, capture: bool = True) -> None:
+    def enable_prompt_graphs(self, max_tokens: int, max_prompts: int, capture: bool = True) -> None:
         from stages.ar.prompt_graphs import PromptGraphs
 
         embeds_width = self.adapter.embeds_width if self.adapter.always_embed else None
-        self.prompt_graphs = PromptGraphs(
-            self.adapter, self.kv_cache, self.block_manager.block_size, max_tokens, capture, embeds_width
-        )
+        self.prompt_graphs = PromptGraphs(self.adapter, self.kv_cache, max_tokens, max_prompts, capture, embeds_width)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> StepResult:
@@ -89,7 +88,7 @@ class ModelRunner:
             if num_decodes == len(packed.owners):
                 self.last_path, outputs = "graph", self._run_graph(packed, wants_hidden)
             else:
-                self.last_path, outputs = "split", self._run_split(packed, num_decodes, wants_hidden)
+                self.last_path, outputs = self._run_split(packed, num_decodes, wants_hidden)
         else:
             needs_embeds = self._needs_embeds(packed.owners)
             self.last_path, outputs = "eager", self._run_eager(packed, num_decodes, wants_hidden, needs_embeds)
@@ -102,18 +101,13 @@ class ModelRunner:
         return result
 
     def _prompt_replays(self, packed: _Packed, num_decodes: int) -> bool:
-        """Whether this step is one prompt from its first token that a prompt graph takes."""
-        if self.prompt_graphs is None or num_decodes or len(packed.owners) != 1:
-            return False
-        return self.prompt_graphs.takes(*packed.owners[0])
+        """Whether this step is prompts from their first token that a prompt graph takes."""
+        return self.prompt_graphs is not None and not num_decodes and self.prompt_graphs.takes(packed.owners)
 
     def _run_prompt_graph(self, packed: _Packed, wants_hidden: bool) -> ModelOutputs:
-        seq, _, _ = packed.owners[0]
         embeds = self._graph_embeddings(packed) if self.prompt_graphs.takes_embeds else None
-        outputs = self.prompt_graphs.run(packed.token_ids, packed.slots, seq.block_table, embeds, wants_hidden)
-        if not packed.logits_rows:
-            outputs.logits = outputs.logits[:0]
-        return outputs
+        counts = [count for _, _, count in packed.owners]
+        return self.prompt_graphs.run(packed.token_ids, packed.slots, counts, packed.logits_rows, embeds, wants_hidden)
 
     def _decodes_replay(self, packed: _Packed, num_decodes: int) -> bool:
         """Whether this step's decodes run through the graph step (alone, or split from its prompt chunks)."""
@@ -128,11 +122,13 @@ class ModelRunner:
             seq.has_embeds and seq.embeds_rows(start, start + count) for seq, start, count in owners
         )
 
-    def _run_split(self, packed: _Packed, num_decodes: int, wants_hidden: bool) -> ModelOutputs:
+    def _run_split(self, packed: _Packed, num_decodes: int, wants_hidden: bool) -> tuple[str, ModelOutputs]:
         decodes, prompts = _split(packed, num_decodes)
         first = self._run_graph(decodes, wants_hidden)
+        if self._prompt_replays(prompts, 0):
+            return "split-prompt", _concat(first, self._run_prompt_graph(prompts, wants_hidden))
         second = self._run_eager(prompts, 0, wants_hidden, self._needs_embeds(prompts.owners))
-        return _concat(first, second)
+        return "split", _concat(first, second)
 
     def _pack(self, batch: ScheduledBatch, num_decodes: int) -> _Packed:
         """The single-token work (first in `batch.work`) in bulk, then each prompt chunk."""

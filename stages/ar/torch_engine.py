@@ -11,8 +11,8 @@ elsewhere) and `options`:
 "uncaptured": the graph step's static buffers run eagerly, for tests), `compile` (true on CUDA,
 false elsewhere: compiles the graph step's decoder layers with torch.compile before capture, one
 graph per batch size shared by all layers, see `compiled_layers.py`), `prompt_graphs` (as `cuda_graphs`:
-on CUDA a step whose only work is one prompt from its first token replays a graph captured per
-token bucket, see `prompt_graphs.py`; "uncaptured": their static buffers run eagerly, for tests),
+on CUDA prompts from their first token, alone in a step or beside the decodes' graph, replay a
+graph captured per token bucket, see `prompt_graphs.py`; "uncaptured": their static buffers run eagerly, for tests),
 `hidden_layers` (default per-request hidden-state outputs), `hidden_payloads` (a name -> layer dict:
 default hidden-state outputs as one [n, hidden] payload per name, e.g. {"embeds": 0, "hidden": -1},
 which joins cleanly along rows when a receiver concatenates chunks), `sampling` (default sampling dict).
@@ -141,9 +141,9 @@ class ARTorchEngine(StageEngine):
         if prompt_graphs not in (True, False, "uncaptured"):
             raise ConfigError("options.prompt_graphs", f"must be true, false or 'uncaptured', got {prompt_graphs!r}")
         if prompt_graphs == "uncaptured":
-            self.runner.enable_prompt_graphs(self.scheduler.token_budget, capture=False)
+            self.runner.enable_prompt_graphs(self.scheduler.token_budget, deploy.max_batch, capture=False)
         elif prompt_graphs and self.device.type == "cuda":
-            self.runner.enable_prompt_graphs(self.scheduler.token_budget)
+            self.runner.enable_prompt_graphs(self.scheduler.token_budget, deploy.max_batch)
 
     def _prefill_budget(self, deploy: StageDeployConfig) -> int:
         if deploy.prefill_chunk is not None:

@@ -1,10 +1,11 @@
-"""`options.prompt_graphs`: a step whose only work is one prompt from its first token runs through a
-static buffer of its token bucket (on CUDA, a captured graph; "uncaptured" runs the same buffers
-eagerly, so the padding, the static block table and the single logits row are checked here).
+"""`options.prompt_graphs`: prompts from their first token run through the static buffers of their
+token bucket (on CUDA, a captured graph; "uncaptured" runs the same buffers eagerly, so the padding,
+the packing of several prompts, their masks and the logits rows are checked here).
 
-Each prompt arrives alone, so its first step is such a step; the tokens must equal transformers'. A
-prompt longer than the step's budget (64 tokens here) computes its first chunk through the bucket of
-64 and the rest eagerly; a prompt that arrives while another decodes runs eagerly beside it."""
+A prompt that arrives alone has such a step first; the tokens must equal transformers'. A prompt
+longer than the step's budget (64 tokens here) computes its first chunk through the bucket of 64 and
+the rest eagerly. Prompts that arrive together share one bucket, each still equal to transformers.
+Beside decodes (`test_ar_split_steps.py`) the prompts run after the decodes' graph."""
 
 from __future__ import annotations
 
@@ -56,7 +57,24 @@ def test_prompts_alone_run_their_bucket_and_keep_the_tokens(arch, tiny_llms, hf_
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks - 1
 
 
-def test_a_prompt_beside_a_decode_runs_eagerly(tiny_llms, helpers):
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_prompts_arriving_together_share_a_bucket(arch, tiny_llms, hf_models, helpers):
+    import random
+
+    engine = engine_for(tiny_llms[arch])
+    paths = record_paths(engine)
+    rng = random.Random(11)
+    sampling = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS, ignore_eos=True)
+    prompts = {f"p{length}": [rng.randrange(engine.vocab_size) for _ in range(length)] for length in (5, 17, 2, 40)}
+    requests = [StageRequest(request_id=rid, prompt_token_ids=p, sampling=sampling) for rid, p in prompts.items()]
+    results = helpers.run_engine(engine, {0: requests})
+
+    assert paths[0] == "prompt"  # 64 tokens, four prompts, one bucket
+    for request_id, prompt in prompts.items():
+        assert results[request_id].token_ids == helpers.hf_greedy(hf_models(arch), prompt, MAX_NEW_TOKENS), request_id
+
+
+def test_without_decode_graphs_a_prompt_beside_a_decode_runs_eagerly(tiny_llms, helpers):
     engine = engine_for(tiny_llms["qwen2"], cuda_graphs=False)
     paths = record_paths(engine)
     sampling = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)

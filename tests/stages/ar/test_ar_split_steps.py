@@ -1,6 +1,8 @@
 """A step that admits a prompt while others decode runs in two forwards: the decodes through the
-graph step (its static buffers, uncaptured on CPU), the prompt chunks eagerly. Both requests' tokens
-and hidden states equal transformers', whether the newcomer's prompt is token ids or embeddings."""
+graph step (its static buffers, uncaptured on CPU), then the prompt chunks, eagerly or, with prompt
+graphs, through their bucket's static buffers (a prompt of embeddings on a model that embeds its own
+tokens stays eager). Both requests' tokens and hidden states equal transformers', whether the
+newcomer's prompt is token ids or embeddings."""
 
 from __future__ import annotations
 
@@ -48,12 +50,12 @@ def request(request_id: str, prompt: list[int], hf, as_embeds: bool) -> StageReq
     )
 
 
+@pytest.mark.parametrize("prompt_graphs", [False, "uncaptured"], ids=["eager_prompts", "prompt_graphs"])
 @pytest.mark.parametrize("as_embeds", [False, True], ids=["token_ids", "inputs_embeds"])
-def test_decodes_replay_beside_an_eager_prompt(tiny_llms, hf_models, helpers, as_embeds):
+def test_decodes_replay_beside_a_prompt(tiny_llms, hf_models, helpers, as_embeds, prompt_graphs):
     hf = hf_models("qwen3")
-    engine = ARTorchEngine.from_pretrained(
-        tiny_llms["qwen3"], StageDeployConfig(max_batch=4, options={"cuda_graphs": "uncaptured"})
-    )
+    options = {"cuda_graphs": "uncaptured", "prompt_graphs": prompt_graphs}
+    engine = ARTorchEngine.from_pretrained(tiny_llms["qwen3"], StageDeployConfig(max_batch=4, options=options))
     paths = []
     run = engine.runner.run
 
@@ -67,7 +69,10 @@ def test_decodes_replay_beside_an_eager_prompt(tiny_llms, hf_models, helpers, as
     arrivals = {0: [request("early", early, hf, False)], 2: [request("late", late, hf, as_embeds)]}
     results = helpers.run_engine(engine, arrivals)
 
-    assert paths[:4] == ["eager", "graph", "split", "graph"]
+    if prompt_graphs:
+        assert paths[:4] == ["prompt", "graph", "split" if as_embeds else "split-prompt", "graph"]
+    else:
+        assert paths[:4] == ["eager", "graph", "split", "graph"]
     for request_id, prompt in (("early", early), ("late", late)):
         tokens, hidden = reference(hf, prompt)
         outputs = results[request_id].outputs
