@@ -4,18 +4,28 @@ for every request in flight, in one loop per talker step.
 transformers runs it through `code_predictor.generate(inputs_embeds=[last hidden, code-0 embedding],
 max_new_tokens=15)`: a 2-position prefill, then 14 single-token steps, step g reading
 `codec_embedding[g-1](code_g)` and sampling code g+1 from `lm_head[g]`. Here the same computation runs
-on transformers' own predictor modules (`Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration`,
-unmodified) with the project's paged attention (under a name of its own) and a cache of its own: one block of 16 positions
-per batch row (row r owns block r + 1; block 0 is the null block), overwritten by every frame. The
-prefill's two positions of a row run as two rows of one decode batch (each with its own mask), so
-a frame is 15 forwards of the predictor's layers, each over the whole batch, and every shape in it
-is static: on CUDA the whole loop, sampling included, is captured in one CUDA graph per bucketed
-batch size (1, 2, 4, 8, 16, ... as the AR engine's decode graphs) and replayed once per talker step
-(a size that fails to capture, logged, and every smaller one run the same loop eagerly). Each size
-has two graphs: batches where every row is greedy run no sampling kernels at all. The loop is
-bound by kernel launches, not arithmetic (15 forwards of a small model per frame), so `compile`
-(the talker's `options.compile`) compiles the predictor's decoder layer as the AR engine does
-(`stages/ar/compiled_layers.py`), fusing each layer's elementwise work into few kernels.
+on the weights and modules of transformers' predictor
+(`Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration`) with the project's paged attention
+(under a name of its own) and a cache of its own: one block of 16 positions per batch row (row r owns
+block r + 1; block 0 is the null block), overwritten by every frame. The prefill's two positions of a
+row run as two rows of one decode batch (each with its own mask), so a frame is 15 forwards of the
+predictor's layers, each over the whole batch, and every shape in it is static: on CUDA the whole
+loop, sampling included, is captured in one CUDA graph per bucketed batch size (1, 2, 4, 8, 16, ...
+as the AR engine's decode graphs) and replayed once per talker step (a size that fails to capture,
+logged, and every smaller one run the same loop eagerly). Each size has two graphs: batches where
+every row is greedy run no sampling kernels at all.
+
+The loop is bound by kernel launches, not arithmetic (15 forwards of a small model per frame), so
+the forward is the predictor's own (`decoder_layer` over the layers, then the final norm), built to
+launch few kernels: each layer's q/k/v projections run as one GEMM over their concatenated weights,
+and gate/up as another (`merge_projections`, done once at construction; the modules' own weights
+become views into the merged tensors, so nothing is held twice and transformers' modules still work
+unchanged); the rotary cos/sin of every step are precomputed with the model's `rotary_emb` (each
+step's positions are fixed: the prefill's pairs at [0, 1], decode step g at g + 2); the paged
+attention is called directly. Norms, activation and rotary application are transformers' own
+modules and functions. `compile` (the talker's `options.compile`) compiles `decoder_layer` with
+static shapes; its weights arrive through the layer argument, so every layer shares one compiled
+graph per batch size and Inductor fuses each layer's elementwise work into few kernels.
 
 Sampling (the talker's `do_sample` decides, as in transformers: a greedy talker has a greedy
 predictor): greedy is the argmax; sampled is transformers' warpers for the predictor (temperature 1,
@@ -29,14 +39,15 @@ A request without a seed gets one from the talker engine (`draw_seed`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 
 import torch
+import torch.nn.functional as F
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import apply_rotary_pos_emb
 
-from stages.ar.attention import AttentionBatch, paged_attention_modules, use_paged_attention
-from stages.ar.compiled_layers import CompiledLayers
+from stages.ar.attention import AttentionBatch, paged_attention_forward, paged_attention_modules, use_paged_attention
+from stages.ar.compiled_layers import RECOMPILE_LIMIT
 from stages.ar.cuda_graphs import bucket_sizes
 from stages.ar.kv_cache import KVCacheShape, PagedKVCache
 from stages.errors import ConfigError
@@ -82,18 +93,22 @@ class CodePredictor:
         self.sizes = bucket_sizes(max_batch)
         self.kv_cache = PagedKVCache(shape, self.sizes[-1] + 1, self.positions, self.device)
         self.kv_cache.bind(paged_attention_modules(module.model, ATTENTION))
+        self.layers = list(module.model.layers[: config.num_hidden_layers])
+        for layer in self.layers:
+            merge_projections(layer)
         largest = self.sizes[-1]
         self.hidden = torch.zeros((largest, self.width), dtype=dtype, device=self.device)
         self.code0 = torch.zeros((largest, self.width), dtype=dtype, device=self.device)
         self.keys = torch.zeros((largest, 2), dtype=torch.long, device=self.device)
         """Per row: (seed, frame index), the key of its sampling noise."""
         self.greedy = torch.ones(largest, dtype=torch.bool, device=self.device)
-        self._layouts = {size: _Layout(size, self.positions, self.device) for size in self.sizes}
+        with torch.no_grad():
+            self._layouts = {size: _Layout(size, self.positions, self.device, self._rotary) for size in self.sizes}
         self._seeds = random.Random(seed)
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
         """Per (bucketed batch size, whether any row samples): the captured loop."""
         self.outputs: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._compiled = compiled_layers(module.model) if compile else None
+        self._layer = compiled_layer() if compile else decoder_layer
         if cuda_graphs and self.device.type == "cuda":
             self._capture()
 
@@ -133,12 +148,12 @@ class CodePredictor:
             self.graphs[key].replay()
             codes, embeds = self.outputs[key]
         else:
-            with self._compiled_layers():
-                codes, embeds = self._frames(*key)
+            codes, embeds = self._frames(*key)
         return codes[:count].clone(), embeds[:count].clone()
 
-    def _compiled_layers(self):
-        return self._compiled.active() if self._compiled is not None else contextlib.nullcontext()
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary (cos, sin) [1, T, head_dim] of positions [T], from the model's own `rotary_emb`."""
+        return self.module.model.rotary_emb(self.hidden[:1], positions.unsqueeze(0))
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -148,20 +163,19 @@ class CodePredictor:
         for size in reversed(self.sizes):
             for sampled in (False, True):
                 key = (size, sampled)
-                with self._compiled_layers():
-                    self._frames(*key)  # lazy initialisations (and compilation) outside the capture
+                self._frames(*key)  # lazy initialisations (and compilation) outside the capture
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                try:
+                    with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
+                        self.outputs[key] = self._frames(*key)
+                except Exception:
+                    logger.exception(
+                        "capturing the code predictor for batch %d failed; batches up to it run eagerly", size
+                    )
+                    self.outputs.pop(key, None)
                     torch.cuda.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    try:
-                        with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
-                            self.outputs[key] = self._frames(*key)
-                    except Exception:
-                        logger.exception(
-                            "capturing the code predictor for batch %d failed; batches up to it run eagerly", size
-                        )
-                        self.outputs.pop(key, None)
-                        torch.cuda.synchronize()
-                        return
+                    return
                 pool = graph.pool() if pool is None else pool
                 self.graphs[key] = graph
         torch.cuda.synchronize()
@@ -186,6 +200,7 @@ class CodePredictor:
         return torch.stack(codes, dim=1), torch.stack(embeds, dim=1).sum(dim=1)
 
     def _forward(self, embeds: torch.Tensor, step: _Step) -> torch.Tensor:
+        """The predictor's layers and final norm over embeds [1, T, width] at the step's layout -> [T, width]."""
         attention = AttentionBatch(
             kv_cache=self.kv_cache,
             slot_mapping=step.slots,
@@ -193,8 +208,10 @@ class CodePredictor:
             decode_block_tables=step.block_tables,
             decode_mask=step.mask,
         )
-        out = self.module.model(inputs_embeds=embeds, position_ids=step.positions, ar_batch=attention, use_cache=False)
-        return out.last_hidden_state[0]
+        hidden = embeds
+        for layer in self.layers:
+            hidden = self._layer(layer, hidden, step.cos, step.sin, attention)
+        return self.module.model.norm(hidden)[0]
 
     def _draw(self, logits: torch.Tensor, noise: torch.Tensor, size: int) -> torch.Tensor:
         """Each row's code: the argmax for greedy rows, else a top-k/top-p filtered Gumbel-max draw
@@ -209,29 +226,80 @@ class CodePredictor:
         return torch.where(self.greedy[:size], best, drawn)
 
 
-def compiled_layers(model) -> CompiledLayers:
-    """The predictor's decoder layers compiled (one graph per batch size shared by its layers)."""
-    return CompiledLayers(model, attention=ATTENTION)
+def merge_projections(layer: torch.nn.Module) -> None:
+    """Give a decoder layer merged projections: `self_attn.qkv_weight` ([q_out + k_out + v_out, hidden],
+    and `qkv_bias` under `attention_bias`, else None) and `mlp.gate_up_weight` ([2 * intermediate,
+    hidden]; `gate_up_bias` None). The modules' own weights (and biases) become views into them."""
+    attention, mlp = layer.self_attn, layer.mlp
+    _merge(attention, "qkv", [attention.q_proj, attention.k_proj, attention.v_proj])
+    _merge(mlp, "gate_up", [mlp.gate_proj, mlp.up_proj])
+
+
+def _merge(owner: torch.nn.Module, name: str, linears: list[torch.nn.Linear]) -> None:
+    """Register `linears`' concatenated weights (and biases) on `owner` as `{name}_weight` and
+    `{name}_bias` (non-persistent buffers), then rebind each linear's own to its rows of them."""
+    with torch.no_grad():
+        weight = torch.cat([linear.weight for linear in linears])
+        bias = None if linears[0].bias is None else torch.cat([linear.bias for linear in linears])
+    owner.register_buffer(f"{name}_weight", weight, persistent=False)
+    owner.register_buffer(f"{name}_bias", bias, persistent=False)
+    start = 0
+    for linear in linears:
+        rows = slice(start, start + linear.out_features)
+        linear.weight.data = weight[rows]
+        if bias is not None:
+            linear.bias.data = bias[rows]
+        start = rows.stop
+
+
+def decoder_layer(
+    layer: torch.nn.Module, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: AttentionBatch
+) -> torch.Tensor:
+    """One decoder layer (`Qwen3OmniMoeTalkerCodePredictorDecoderLayer`, after `merge_projections`) over
+    hidden [1, T, width], with the step's rotary cos/sin [1, T, head_dim] and paged attention batch."""
+    attn, mlp = layer.self_attn, layer.mlp
+    heads = (*hidden.shape[:-1], -1, attn.head_dim)
+    sizes = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
+    query, key, value = F.linear(layer.input_layernorm(hidden), attn.qkv_weight, attn.qkv_bias).split(sizes, dim=-1)
+    query = attn.q_norm(query.view(heads)).transpose(1, 2)
+    key = attn.k_norm(key.view(heads)).transpose(1, 2)
+    value = value.view(heads).transpose(1, 2)
+    query, key = apply_rotary_pos_emb(query, key, cos, sin)
+    out, _ = paged_attention_forward(attn, query, key, value, None, scaling=attn.scaling, ar_batch=attention)
+    hidden = hidden + attn.o_proj(out.reshape(*hidden.shape[:-1], -1))
+    gate_up = F.linear(layer.post_attention_layernorm(hidden), mlp.gate_up_weight, mlp.gate_up_bias)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return hidden + mlp.down_proj(mlp.act_fn(gate) * up)
+
+
+def compiled_layer():
+    """`decoder_layer` compiled with static shapes: one graph per batch size, shared by all layers
+    (and predictors) of a process, Dynamo's per-code-object recompile limit raised to fit."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    return torch.compile(decoder_layer, dynamic=False)
 
 
 class _Step:
-    """The static attention layout of one forward: cache slots, blocks, masks and positions."""
+    """The static layout of one forward: cache slots, blocks and masks, and its positions' rotary cos/sin."""
 
-    def __init__(self, rows: torch.Tensor, positions: torch.Tensor, width: int):
+    def __init__(self, rows: torch.Tensor, positions: torch.Tensor, width: int, rotary):
         device = rows.device
         blocks = rows + 1
         self.slots = blocks * width + positions
         self.block_tables = blocks.unsqueeze(1)
         self.mask = (torch.arange(width, device=device).unsqueeze(0) <= positions.unsqueeze(1)).view(-1, 1, 1, width)
-        self.positions = positions.unsqueeze(0)
+        self.cos, self.sin = rotary(positions)
 
 
 class _Layout:
-    def __init__(self, size: int, width: int, device: torch.device):
+    def __init__(self, size: int, width: int, device: torch.device, rotary):
         rows = torch.arange(size, device=device)
         pairs = rows.repeat_interleave(2)
-        self.prefill = _Step(pairs, torch.tensor([0, 1], device=device).repeat(size), width)
-        self.decode = [_Step(rows, torch.full((size,), step + 2, device=device), width) for step in range(width - 2)]
+        self.prefill = _Step(pairs, torch.tensor([0, 1], device=device).repeat(size), width, rotary)
+        self.decode = [
+            _Step(rows, torch.full((size,), step + 2, device=device), width, rotary) for step in range(width - 2)
+        ]
 
 
 def gumbel_noise(keys: torch.Tensor, step: int, candidates: torch.Tensor) -> torch.Tensor:

@@ -2,9 +2,10 @@
 `code_predictor.generate`, and its per-request seeded sampling.
 
 The predictor is built from the tiny Qwen3-Omni talker config with seeded random weights (two copies:
-transformers' and ours, whose attention is switched to the paged one). Greedy residual codes and the
-frame embeddings they sum to must equal transformers'; sampled codes must depend only on the request's
-seed and frame index (not on its batch), and follow the top-k filter.
+transformers' and ours, whose attention is switched to the paged one and whose projections are merged).
+Greedy residual codes and the frame embeddings they sum to must equal transformers' (eager and
+compiled, with and without attention biases); sampled codes must depend only on the request's seed and
+frame index (not on its batch), and follow the top-k filter.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ BATCH = 5
 
 @pytest.fixture(scope="module")
 def predictors():
+    return _predictors()
+
+
+def _predictors(attention_bias: bool = False):
     import torch
     from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
         Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration as Predictor,
@@ -29,6 +34,7 @@ def predictors():
     config = qwen3_omni_config().talker_config.code_predictor_config
     config.num_hidden_layers = 2
     config.layer_types = ["full_attention"] * 2
+    config.attention_bias = attention_bias
     torch.manual_seed(0)
     reference = Predictor(config).eval()
     with torch.no_grad():
@@ -44,17 +50,68 @@ def _inputs(width: int, count: int = BATCH, seed: int = 0):
     return torch.randn(count, width, generator=generator), torch.randn(count, width, generator=generator)
 
 
-def _engine(module, max_batch=8):
+def _engine(module, max_batch=8, compile=False):
     from stages.models.qwen3_code_predictor import CodePredictor
 
-    return CodePredictor(module, max_batch=max_batch, device="cpu")
+    return CodePredictor(module, max_batch=max_batch, device="cpu", compile=compile)
 
 
 def test_greedy_codes_and_frame_embeddings_equal_transformers(predictors):
+    reference, ours = predictors
+    _assert_greedy_equal_to_transformers(reference, _engine(ours))
+
+
+def test_merged_projections_with_attention_biases_equal_transformers():
+    reference, ours = _predictors(attention_bias=True)
+    engine = _engine(ours)
+    assert ours.model.layers[0].self_attn.qkv_bias is not None
+    _assert_greedy_equal_to_transformers(reference, engine)
+
+
+def test_the_compiled_layer_equals_transformers_with_one_graph_per_shape(predictors):
+    """`compile` compiles the layer forward once per shape, not once per layer: a batch of 5 runs
+    at bucket 8, whose prefill ([1, 16] tokens) and decode ([1, 8]) are the two graphs for both layers."""
     import torch
+    from torch._dynamo.utils import counters
 
     reference, ours = predictors
-    engine = _engine(ours)
+    torch._dynamo.reset()
+    counters.clear()
+    _assert_greedy_equal_to_transformers(reference, _engine(ours, compile=True))
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+def test_the_modules_weights_are_views_into_the_merged_projections(predictors):
+    """After construction the q/k/v and gate/up weights live in the merged tensors (no second copy),
+    in order, and transformers' modules compute with them unchanged."""
+    import torch
+
+    _, ours = predictors
+    _engine(ours)
+    for layer in ours.model.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        for merged, linears in (
+            (attention.qkv_weight, [attention.q_proj, attention.k_proj, attention.v_proj]),
+            (mlp.gate_up_weight, [mlp.gate_proj, mlp.up_proj]),
+        ):
+            offset = 0
+            for linear in linears:
+                assert linear.weight.untyped_storage().data_ptr() == merged.untyped_storage().data_ptr()
+                assert linear.weight.data_ptr() == merged.data_ptr() + offset * merged.stride(0) * merged.element_size()
+                offset += linear.out_features
+            assert offset == merged.shape[0]
+            assert torch.equal(torch.cat([linear.weight for linear in linears]), merged)
+        x = torch.randn(3, ours.config.hidden_size)
+        assert torch.allclose(
+            torch.cat([attention.q_proj(x), attention.k_proj(x), attention.v_proj(x)], dim=-1),
+            x @ attention.qkv_weight.T,
+        )
+
+
+def _assert_greedy_equal_to_transformers(reference, engine):
+    import torch
+
     hidden, code0 = _inputs(reference.config.hidden_size)
     with torch.no_grad():
         result = reference.generate(
