@@ -16,7 +16,7 @@ own keys and values, not the cache (every prompt starts at 0, so its context is 
 masked attention over the bucket, each row seeing the rows of its prompt up to itself (a padded
 row, itself alone). The mask is computed inside the graph from one static row per token, the packed
 row where its prompt starts. Logits come for the rows that sample (padded to `max_prompts` with row
-0). Buckets: 16, 32, ... doubling up to the step's token budget (at most 2048); captured largest
+0). Buckets: 16, 32, ... doubling up to the step's token budget (at most 1024); captured largest
 first into one memory pool (`captured_steps.py`: a size that fails to capture leaves it and the
 smaller ones eager). With `capture=False` the same static-buffer step runs eagerly (the tests check
 it on CPU against transformers).
@@ -36,7 +36,7 @@ from stages.ar.sequence import Sequence
 
 logger = logging.getLogger(__name__)
 
-LARGEST_BUCKET = 2048
+LARGEST_BUCKET = 1024
 
 
 def prompt_buckets(max_tokens: int) -> list[int]:
