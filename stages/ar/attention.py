@@ -134,14 +134,15 @@ def _cached_context(keys, values, chunk: PrefillChunk, block_size: int) -> tuple
 
 
 def _prefill_attention(queries, keys, values, chunk: PrefillChunk, groups: int, scaling) -> torch.Tensor:
-    """queries [H, T, D] of the step, keys/values [KVH, ctx, D] of the chunk's context -> [q, H, D]."""
-    q = queries[:, chunk.query_start : chunk.query_start + chunk.query_len]  # [H, q, D]
-    k, v = _expand_heads(keys, groups), _expand_heads(values, groups)  # [H, ctx, D]
+    """queries [H, T, D] of the step, keys/values [KVH, ctx, D] of the chunk's context -> [q, H, D].
+    SDPA's fused kernels (flash, memory-efficient) take 4-D inputs only: 3-D ones run its math path."""
+    q = queries[None, :, chunk.query_start : chunk.query_start + chunk.query_len]  # [1, H, q, D]
+    k, v = _expand_heads(keys, groups)[None], _expand_heads(values, groups)[None]  # [1, H, ctx, D]
     if chunk.mask is None:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, scale=scaling)
-    return out.transpose(0, 1)  # [q, H, D]
+    return out[0].transpose(0, 1)  # [q, H, D]
 
 
 def _gather_blocks(cache: torch.Tensor, block_tables: torch.Tensor, block_size: int) -> torch.Tensor:
