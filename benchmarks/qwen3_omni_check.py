@@ -276,10 +276,10 @@ def check_talker(args, config) -> None:
     predictor = ar.adapter.predictor
     if args.device.startswith("cuda"):
         check_captured("talker", ar.runner.graphs)
-        captured = sorted({size for size, _ in predictor.graphs})
+        captured = sorted({size for size, _ in predictor.steps.graphs})
         report(
             "code predictor: loop captured at every batch size, greedy and sampled",
-            captured == predictor.sizes and len(predictor.graphs) == 2 * len(captured),
+            captured == predictor.sizes and len(predictor.steps.graphs) == 2 * len(captured),
             f"captured {captured} of {predictor.sizes}",
         )
         for size in (1, 8):

@@ -1,13 +1,14 @@
 """What the AR engine's CUDA graphs share: one graph per size over static buffers, and the pinned
 host buffer their inputs are copied from.
 
-`CapturedSteps` captures a step function once per size, largest first, into one memory pool (the
-smaller graphs reuse the largest one's memory). Each size is run once outside the capture first
-(lazy initialisations, autotuning, compilation); a warm-up that fails raises, a capture that fails
-is logged and leaves that size and every smaller one to run the function eagerly. `run(size)`
-replays the graph or runs the function, and returns its outputs (a graph's are overwritten by the
-next replay). The decode graphs (`cuda_graphs.py`) and the prompt graphs (`prompt_graphs.py`) are
-built on it.
+`CapturedSteps` captures a step function once per size (a batch size, a token bucket, or any key
+ordered smallest first), largest first, into one memory pool (the smaller graphs reuse the largest
+one's memory). Each size is run once outside the capture first (lazy initialisations, autotuning,
+compilation); a warm-up that fails raises, a capture that fails is logged and leaves that size and
+every smaller one to run the function eagerly. `run(size)` replays the graph or runs the function,
+and returns its outputs (a graph's are overwritten by the next replay). The decode graphs
+(`cuda_graphs.py`), the prompt graphs (`prompt_graphs.py`) and the Qwen3-Omni code predictor's loop
+(`stages/models/qwen3_code_predictor.py`) are built on it.
 
 `PinnedStaging` is the host side of a step's inputs: filled in place through a numpy view, pinned
 on CUDA so the copy to the device is queued rather than waited for, and refilled only once the
@@ -17,7 +18,7 @@ device has read the previous copy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -29,15 +30,15 @@ logger = logging.getLogger(__name__)
 
 
 class CapturedSteps:
-    def __init__(self, forward: Callable[[int], Any], what: str):
+    def __init__(self, forward: Callable[[Any], Any], what: str):
         self.forward = forward
         self.what = what
         """How the log names the step ("decode step of batch", "prompt step of tokens")."""
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, Any] = {}
+        self.graphs: dict[Hashable, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[Hashable, Any] = {}
 
     @torch.inference_mode()
-    def capture(self, sizes: list[int], warm_up: Callable[[int], Any] | None = None) -> None:
+    def capture(self, sizes: list, warm_up: Callable[[Any], Any] | None = None) -> None:
         pool = None
         for size in reversed(sizes):
             (warm_up or self.forward)(size)
@@ -47,14 +48,14 @@ class CapturedSteps:
                 with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
                     self.outputs[size] = self.forward(size)
             except Exception:
-                logger.exception("capturing the %s %d failed; smaller sizes run eagerly", self.what, size)
+                logger.exception("capturing the %s %s failed; smaller sizes run eagerly", self.what, size)
                 self.outputs.pop(size, None)
                 break
             pool = graph.pool() if pool is None else pool
             self.graphs[size] = graph
         torch.cuda.synchronize()
 
-    def run(self, size: int) -> Any:
+    def run(self, size: Hashable) -> Any:
         if size in self.graphs:
             self.graphs[size].replay()
             return self.outputs[size]

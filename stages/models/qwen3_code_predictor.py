@@ -39,7 +39,6 @@ A request without a seed gets one from the talker engine (`draw_seed`).
 
 from __future__ import annotations
 
-import logging
 import random
 
 import torch
@@ -47,13 +46,11 @@ import torch.nn.functional as F
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import apply_rotary_pos_emb
 
 from stages.ar.attention import AttentionBatch, paged_attention_forward, paged_attention_modules, use_paged_attention
+from stages.ar.captured_steps import CapturedSteps
 from stages.ar.compiled_layers import RECOMPILE_LIMIT
 from stages.ar.cuda_graphs import bucket_sizes
 from stages.ar.kv_cache import KVCacheShape, PagedKVCache
 from stages.errors import ConfigError
-from stages.sm_partition import capture_stream
-
-logger = logging.getLogger(__name__)
 
 TOP_K = 50
 TOP_P = 0.8
@@ -105,12 +102,12 @@ class CodePredictor:
         with torch.no_grad():
             self._layouts = {size: _Layout(size, self.positions, self.device, self._rotary) for size in self.sizes}
         self._seeds = random.Random(seed)
-        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}
-        """Per (bucketed batch size, whether any row samples): the captured loop."""
-        self.outputs: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
         self._layer = compiled_layer() if compile else decoder_layer
+        self.steps = CapturedSteps(lambda key: self._frames(*key), "code predictor loop of (batch, sampled)")
+        """Per (bucketed batch size, whether any row samples): the captured loop; greedy batches run no
+        sampling kernels at all."""
         if cuda_graphs and self.device.type == "cuda":
-            self._capture()
+            self.steps.capture([(size, sampled) for size in self.sizes for sampled in (False, True)])
 
     def draw_seed(self) -> int:
         """A seed for a request that gave none."""
@@ -144,41 +141,12 @@ class CodePredictor:
         self.keys[:count].copy_(keys, non_blocking=True)
         self.greedy[:count].copy_(torch.tensor(greedy, dtype=torch.bool), non_blocking=True)
         key = (size, not all(greedy))
-        if key in self.graphs:
-            self.graphs[key].replay()
-            codes, embeds = self.outputs[key]
-        else:
-            codes, embeds = self._frames(*key)
+        codes, embeds = self.steps.run(key)
         return codes[:count].clone(), embeds[:count].clone()
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary (cos, sin) [1, T, head_dim] of positions [T], from the model's own `rotary_emb`."""
         return self.module.model.rotary_emb(self.hidden[:1], positions.unsqueeze(0))
-
-    @torch.inference_mode()
-    def _capture(self) -> None:
-        """Graphs from the largest batch size down (they share one memory pool), each size twice: for
-        greedy batches (no sampling kernels at all) and for batches where some row samples."""
-        pool = None
-        for size in reversed(self.sizes):
-            for sampled in (False, True):
-                key = (size, sampled)
-                self._frames(*key)  # lazy initialisations (and compilation) outside the capture
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                try:
-                    with torch.cuda.graph(graph, pool=pool, stream=capture_stream()):
-                        self.outputs[key] = self._frames(*key)
-                except Exception:
-                    logger.exception(
-                        "capturing the code predictor for batch %d failed; batches up to it run eagerly", size
-                    )
-                    self.outputs.pop(key, None)
-                    torch.cuda.synchronize()
-                    return
-                pool = graph.pool() if pool is None else pool
-                self.graphs[key] = graph
-        torch.cuda.synchronize()
 
     def _frames(self, size: int, sampled: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole loop over the static buffers' first `size` rows: ([size, 15] codes, [size, width]).
