@@ -42,14 +42,19 @@ def decoder_layers(model: torch.nn.Module, attention: str = ATTENTION_NAME) -> l
     return [module for module in model.modules() if getattr(module, "self_attn", None) in attentions]
 
 
+def raise_recompile_limit() -> None:
+    """Dynamo's recompile limit (per code object, shared by every model in the process) at least `RECOMPILE_LIMIT`."""
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+
+
 class CompiledLayers:
     def __init__(self, model: torch.nn.Module, attention: str = ATTENTION_NAME):
         self.layers = decoder_layers(model, attention)
         if not self.layers:
             raise ValueError(f"{type(model).__name__} has no decoder layers with the paged attention to compile")
         _drop_output_capturing_hooks(model, self.layers)
-        config = torch._dynamo.config
-        config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+        raise_recompile_limit()
         self._compiled = [torch.compile(layer.forward, dynamic=False) for layer in self.layers]
 
     @contextmanager

@@ -47,7 +47,7 @@ from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import apply_rot
 
 from stages.ar.attention import AttentionBatch, paged_attention_forward, paged_attention_modules, use_paged_attention
 from stages.ar.captured_steps import CapturedSteps
-from stages.ar.compiled_layers import RECOMPILE_LIMIT
+from stages.ar.compiled_layers import raise_recompile_limit
 from stages.ar.cuda_graphs import bucket_sizes
 from stages.ar.kv_cache import KVCacheShape, PagedKVCache
 from stages.errors import ConfigError
@@ -243,8 +243,7 @@ def decoder_layer(
 def compiled_layer():
     """`decoder_layer` compiled with static shapes: one graph per batch size, shared by all layers
     (and predictors) of a process, Dynamo's per-code-object recompile limit raised to fit."""
-    config = torch._dynamo.config
-    config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
+    raise_recompile_limit()
     return torch.compile(decoder_layer, dynamic=False)
 
 
