@@ -12,7 +12,7 @@ Under load requests arrive all the time, and one eager forward for the whole ste
 running request an eager decode whenever anyone is admitted. With prompt graphs enabled, prompts
 from their first token replay a graph captured for their token bucket
 (`prompt_graphs.PromptGraphs`): alone in a step (`last_path` "prompt") or after the decodes'
-graph ("split-prompt"); other chunks run eagerly.
+graph ("split-prompt"), once per group of prompts that fits a bucket; other chunks run eagerly.
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ class ModelRunner:
         num_decodes = batch.num_decodes
         packed = self._pack(batch, num_decodes)
         wants_hidden = any(seq.hidden_layers for seq, _, _ in packed.owners)
-        if self._prompt_replays(packed, num_decodes):
-            self.last_path, outputs = "prompt", self._run_prompt_graph(packed, wants_hidden)
+        groups = self._prompt_groups(packed, num_decodes)
+        if groups is not None:
+            self.last_path, outputs = "prompt", _concat(self._run_prompt_graphs(packed, groups, wants_hidden))
         elif self._decodes_replay(packed, num_decodes):
             if num_decodes == len(packed.owners):
                 self.last_path, outputs = "graph", self._run_graph(packed, wants_hidden)
@@ -100,9 +101,23 @@ class ModelRunner:
             result.hidden = self._hidden_rows(packed, outputs.hidden_states)
         return result
 
-    def _prompt_replays(self, packed: _Packed, num_decodes: int) -> bool:
-        """Whether this step is prompts from their first token that a prompt graph takes."""
-        return self.prompt_graphs is not None and not num_decodes and self.prompt_graphs.takes(packed.owners)
+    def _prompt_groups(self, packed: _Packed, num_decodes: int) -> list[int] | None:
+        """When this step is prompts from their first token that prompt graphs take: how many chunks
+        each replay takes (`PromptGraphs.groups`)."""
+        if self.prompt_graphs is None or num_decodes:
+            return None
+        return self.prompt_graphs.groups(packed.owners)
+
+    def _run_prompt_graphs(self, packed: _Packed, groups: list[int], wants_hidden: bool) -> list[ModelOutputs]:
+        """One replay per group; every replay but the last is kept (copied) before the next overwrites it."""
+        layers = {layer for seq, _, _ in packed.owners for layer in seq.hidden_layers}
+        outputs, first = [], 0
+        for count in groups:
+            group = _owners_slice(packed, first, first + count)
+            first += count
+            out = self._run_prompt_graph(group, wants_hidden)
+            outputs.append(out if first == len(packed.owners) else _kept(out, layers))
+        return outputs
 
     def _run_prompt_graph(self, packed: _Packed, wants_hidden: bool) -> ModelOutputs:
         embeds = self._graph_embeddings(packed) if self.prompt_graphs.takes_embeds else None
@@ -123,12 +138,14 @@ class ModelRunner:
         )
 
     def _run_split(self, packed: _Packed, num_decodes: int, wants_hidden: bool) -> tuple[str, ModelOutputs]:
-        decodes, prompts = _split(packed, num_decodes)
+        decodes = _owners_slice(packed, 0, num_decodes)
+        prompts = _owners_slice(packed, num_decodes, len(packed.owners))
         first = self._run_graph(decodes, wants_hidden)
-        if self._prompt_replays(prompts, 0):
-            return "split-prompt", _concat(first, self._run_prompt_graph(prompts, wants_hidden))
+        groups = self._prompt_groups(prompts, 0)
+        if groups is not None:
+            return "split-prompt", _concat([first, *self._run_prompt_graphs(prompts, groups, wants_hidden)])
         second = self._run_eager(prompts, 0, wants_hidden, self._needs_embeds(prompts.owners))
-        return "split", _concat(first, second)
+        return "split", _concat([first, second])
 
     def _pack(self, batch: ScheduledBatch, num_decodes: int) -> _Packed:
         """The single-token work (first in `batch.work`) in bulk, then each prompt chunk."""
@@ -267,34 +284,43 @@ class ModelRunner:
         }
 
 
-def _split(packed: _Packed, num_decodes: int) -> tuple[_Packed, _Packed]:
-    """The decode rows (the first `num_decodes`) and the prompt chunks, each packed from row 0."""
-    sampled = sum(1 for row in packed.logits_rows if row < num_decodes)
-    decodes = _Packed(
-        token_ids=packed.token_ids[:num_decodes],
-        positions=packed.positions[:num_decodes],
-        slots=packed.slots[:num_decodes],
-        owners=packed.owners[:num_decodes],
-        logits_rows=packed.logits_rows[:sampled],
-        sampling=packed.sampling[:sampled],
+def _owners_slice(packed: _Packed, first: int, end: int) -> _Packed:
+    """The chunks of owners [first, end), packed from row 0 (their token rows, their logits rows)."""
+    low = sum(count for _, _, count in packed.owners[:first])
+    high = low + sum(count for _, _, count in packed.owners[first:end])
+    sampled = [(row, seq) for row, seq in zip(packed.logits_rows, packed.sampling, strict=True) if low <= row < high]
+    return _Packed(
+        token_ids=packed.token_ids[low:high],
+        positions=packed.positions[low:high],
+        slots=packed.slots[low:high],
+        owners=packed.owners[first:end],
+        logits_rows=[row - low for row, _ in sampled],
+        sampling=[seq for _, seq in sampled],
     )
-    prompts = _Packed(
-        token_ids=packed.token_ids[num_decodes:],
-        positions=packed.positions[num_decodes:],
-        slots=packed.slots[num_decodes:],
-        owners=packed.owners[num_decodes:],
-        logits_rows=[row - num_decodes for row in packed.logits_rows[sampled:]],
-        sampling=packed.sampling[sampled:],
-    )
-    return decodes, prompts
 
 
-def _concat(first: ModelOutputs, second: ModelOutputs) -> ModelOutputs:
-    """Two forwards' outputs as one step's, rows in packing order (copies: a replayed graph's are reused)."""
+def _kept(outputs: ModelOutputs, layers: set[int]) -> ModelOutputs:
+    """A replay's outputs copied out of its static buffers: the logits, the last hidden state and
+    the hidden layers in `layers` (the others None)."""
     hidden = None
-    if first.hidden_states is not None and second.hidden_states is not None:
-        hidden = tuple(torch.cat(pair) for pair in zip(first.hidden_states, second.hidden_states, strict=True))
+    if outputs.hidden_states is not None:
+        count = len(outputs.hidden_states)
+        wanted = {layer % count for layer in layers}  # layers may count from the end (-1: the last)
+        hidden = tuple(h.clone() if i in wanted else None for i, h in enumerate(outputs.hidden_states))
+    last = outputs.last_hidden.clone() if outputs.last_hidden is not None else None
+    return ModelOutputs(logits=outputs.logits.clone(), hidden_states=hidden, last_hidden=last)
+
+
+def _concat(parts: list[ModelOutputs]) -> ModelOutputs:
+    """Forwards' outputs as one step's, rows in packing order (copies: a replayed graph's are reused).
+    A hidden layer that some part left out (None) is left out of the whole."""
+    if len(parts) == 1:
+        return parts[0]
+    hidden = None
+    if all(part.hidden_states is not None for part in parts):
+        layers = zip(*(part.hidden_states for part in parts), strict=True)
+        hidden = tuple(None if any(h is None for h in layer) else torch.cat(layer) for layer in layers)
     last = None
-    if first.last_hidden is not None and second.last_hidden is not None:
-        last = torch.cat([first.last_hidden, second.last_hidden])
-    return ModelOutputs(logits=torch.cat([first.logits, second.logits]), hidden_states=hidden, last_hidden=last)
+    if all(part.last_hidden is not None for part in parts):
+        last = torch.cat([part.last_hidden for part in parts])
+    return ModelOutputs(logits=torch.cat([part.logits for part in parts]), hidden_states=hidden, last_hidden=last)

@@ -9,17 +9,18 @@ decode has one beside their decode graph (`ModelRunner`'s split step).
 
 Prompts are taken when each starts at position 0 with plain positions (no M-RoPE table, no position
 offset) and no per-row side inputs (deepstack features), at most `max_prompts` of them, their tokens
-together fitting the largest bucket: `takes`. Their L tokens fill the first L rows of the bucket's
-static buffers, each row at its position in its own prompt; the B - L padded rows read token 0 (or
-stale embeddings) and write their keys and values into the null block. Attention reads the step's
-own keys and values, not the cache (every prompt starts at 0, so its context is its own rows): one
-masked attention over the bucket, each row seeing the rows of its prompt up to itself (a padded
-row, itself alone). The mask is computed inside the graph from one static row per token, the packed
-row where its prompt starts. Logits come for the rows that sample (padded to `max_prompts` with row
-0). Buckets: 16, 32, ... doubling up to the step's token budget (at most 1024); captured largest
-first into one memory pool (`captured_steps.py`: a size that fails to capture leaves it and the
-smaller ones eager). With `capture=False` the same static-buffer step runs eagerly (the tests check
-it on CPU against transformers).
+together fitting the largest bucket: `takes`; a step with more (many requests arriving at once)
+replays once per consecutive group of its prompts that fits (`groups`). Their L tokens fill the
+first L rows of the bucket's static buffers, each row at its position in its own prompt; the B - L
+padded rows read token 0 (or stale embeddings) and write their keys and values into the null block.
+Attention reads the step's own keys and values, not the cache (every prompt starts at 0, so its
+context is its own rows): one masked attention over the bucket, each row seeing the rows of its
+prompt up to itself (a padded row, itself alone). The mask is computed inside the graph from one
+static row per token, the packed row where its prompt starts. Logits come for the rows that sample
+(padded to `max_prompts` with row 0). Buckets: 16, 32, ... doubling up to the step's token budget
+(at most 1024); captured largest first into one memory pool (`captured_steps.py`: a size that fails
+to capture leaves it and the smaller ones eager). With `capture=False` the same static-buffer step
+runs eagerly (the tests check it on CPU against transformers).
 """
 
 from __future__ import annotations
@@ -89,6 +90,24 @@ class PromptGraphs:
             return False
         size = next(s for s in self.sizes if s >= total)
         return size in self.steps.graphs or not self.capture
+
+    def groups(self, owners: list[tuple[Sequence, int, int]]) -> list[int] | None:
+        """How many of these chunks, in order, each replay takes when they need more than one (more
+        tokens than the largest bucket, or more prompts than `max_prompts`): consecutive groups, each
+        filled as far as it fits; None when some chunk runs through no prompt graph."""
+        counts, tokens = [0], 0
+        for _, _, count in owners:
+            if counts[-1] and (tokens + count > self.sizes[-1] or counts[-1] == self.max_prompts):
+                counts.append(0)
+                tokens = 0
+            counts[-1] += 1
+            tokens += count
+        first = 0
+        for count in counts:
+            if not self.takes(owners[first : first + count]):
+                return None
+            first += count
+        return counts
 
     def _plain(self, seq: Sequence, start: int, count: int) -> bool:
         if start != 0 or seq.position_delta:

@@ -4,7 +4,8 @@ the packing of several prompts, their masks and the logits rows are checked here
 
 A prompt that arrives alone has such a step first; the tokens must equal transformers'. A prompt
 longer than the step's budget (64 tokens here) computes its first chunk through the bucket of 64 and
-the rest eagerly. Prompts that arrive together share one bucket, each still equal to transformers.
+the rest eagerly. Prompts that arrive together share one bucket, each still equal to transformers; more than one
+bucket holds replay in groups.
 Beside decodes (`test_ar_split_steps.py`) the prompts run after the decodes' graph."""
 
 from __future__ import annotations
@@ -72,6 +73,39 @@ def test_prompts_arriving_together_share_a_bucket(arch, tiny_llms, hf_models, he
     assert paths[0] == "prompt"  # 64 tokens, four prompts, one bucket
     for request_id, prompt in prompts.items():
         assert results[request_id].token_ids == helpers.hf_greedy(hf_models(arch), prompt, MAX_NEW_TOKENS), request_id
+
+
+@pytest.mark.parametrize("arrive_mid_decode", [False, True])
+def test_prompts_beyond_the_largest_bucket_replay_in_groups(
+    arrive_mid_decode, tiny_llms, hf_models, helpers, monkeypatch
+):
+    """A step whose prompts together exceed the largest bucket (32 tokens here, 64 scheduled) replays
+    consecutive groups that fit: 20 | 17 + 2 | 25 tokens, three replays, alone or after a decode."""
+    import random
+
+    from stages.ar import prompt_graphs
+
+    monkeypatch.setattr(prompt_graphs, "LARGEST_BUCKET", 32)
+    engine = engine_for(tiny_llms["qwen2"], cuda_graphs="uncaptured")
+    paths, replays = record_paths(engine), []
+    run = engine.runner.prompt_graphs.run
+    engine.runner.prompt_graphs.run = lambda token_ids, *args: replays.append(len(token_ids)) or run(token_ids, *args)
+    rng = random.Random(13)
+    sampling = SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS, ignore_eos=True)
+    prompts = {f"p{length}": [rng.randrange(engine.vocab_size) for _ in range(length)] for length in (20, 17, 2, 25)}
+    requests = [StageRequest(request_id=rid, prompt_token_ids=p, sampling=sampling) for rid, p in prompts.items()]
+    arrivals = {0: requests}
+    if arrive_mid_decode:  # the first request decodes while the other three arrive together
+        arrivals = {0: requests[:1], 2: requests[1:]}
+    results = helpers.run_engine(engine, arrivals)
+
+    grouped = [20, 17 + 2, 25] if not arrive_mid_decode else [20, 17 + 2, 25][1:]
+    assert replays[-len(grouped) :] == grouped, replays
+    assert ("split-prompt" if arrive_mid_decode else "prompt") in paths
+    for request_id, prompt in prompts.items():
+        assert results[request_id].token_ids == helpers.hf_greedy(hf_models("qwen2"), prompt, MAX_NEW_TOKENS), (
+            request_id
+        )
 
 
 def test_without_decode_graphs_a_prompt_beside_a_decode_runs_eagerly(tiny_llms, helpers):

@@ -121,6 +121,50 @@ def test_a_request_arriving_mid_decode_leaves_both_equal_to_transformers(omni_mo
     assert len(split_in) == 2, paths  # the thinker's and the talker's
 
 
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni"])
+def test_prompts_in_several_replays_of_one_step_leave_all_equal_to_transformers(
+    omni_models, references, family, monkeypatch
+):
+    """Prompt graphs that take one prompt each (`max_prompts` 1, as when many prompts need more tokens
+    than the largest bucket): two requests arriving together, then two more while those decode, give
+    thinker and talker steps of two replays each, whose outputs (logits, the thinker's hidden rows
+    for the talker, the talker's last hidden state for its code predictor) are kept apart."""
+    from stages.ar.model_runner import ModelRunner
+    from stages.ar.prompt_graphs import PromptGraphs
+
+    replays, steps = [0], []
+    run, replay, enable = ModelRunner.run, PromptGraphs.run, ModelRunner.enable_prompt_graphs
+
+    def recording_run(runner, batch):
+        replays[0] = 0
+        result = run(runner, batch)
+        steps.append((type(runner.adapter).__name__, runner.last_path, replays[0]))
+        return result
+
+    def counting_replay(graphs, *args, **kwargs):
+        replays[0] += 1
+        return replay(graphs, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRunner, "run", recording_run)
+    monkeypatch.setattr(PromptGraphs, "run", counting_replay)
+    monkeypatch.setattr(
+        ModelRunner, "enable_prompt_graphs", lambda runner, tokens, _, capture=True: enable(runner, tokens, 1, capture)
+    )
+    reference = references[family]
+    sampling = SamplingParams(temperature=0, max_tokens=N_TEXT, stop_token_ids=[151645])
+    requests = [StageRequest(request_id=rid, messages=MESSAGES, sampling=sampling) for rid in "abcd"]
+    deploy = {**CHUNKS[family], "max_batch": 4, "options": GRAPH_OPTIONS["uncaptured"]}
+    talker = SamplingParams(temperature=0, max_tokens=N_CODES)
+    results = run_chain(family, omni_models[family], requests, talker, deploy, arrive_at={"c": 4, "d": 4})
+    for request_id, result in results.items():
+        assert result["tokens"] == reference["tokens"], request_id
+        assert result["codes"] == reference["codes"], request_id
+        assert _close(result["audio"], reference["wav"]), request_id
+    for path in ("prompt", "split-prompt"):
+        in_two = {adapter for adapter, step_path, count in steps if step_path == path and count == 2}
+        assert len(in_two) == 2, (path, steps)  # the thinker's and the talker's
+
+
 @pytest.mark.parametrize(("family", "with_image"), [("qwen2_5_omni", False), ("qwen3_omni", True)])
 def test_omni_audio_image_prompt_equals_transformers(omni_models, family, with_image):
     """Qwen2.5-Omni is checked with audio only: transformers 5.19's own generate(return_audio=True) cannot
