@@ -128,11 +128,12 @@ def test_prompts_in_several_replays_of_one_step_leave_all_equal_to_transformers(
     """Prompt graphs that take one prompt each (`max_prompts` 1, as when many prompts need more tokens
     than the largest bucket): two requests arriving together, then two more while those decode, give
     thinker and talker steps of two replays each, whose outputs (logits, the thinker's hidden rows
-    for the talker, the talker's last hidden state for its code predictor) are kept apart."""
+    for the talker, the talker's last hidden state for its code predictor) are kept apart: each
+    replay's outputs are overwritten by the next, as a captured graph's are."""
     from stages.ar.model_runner import ModelRunner
     from stages.ar.prompt_graphs import PromptGraphs
 
-    replays, steps = [0], []
+    replays, steps, last_outputs = [0], [], []
     run, replay, enable = ModelRunner.run, PromptGraphs.run, ModelRunner.enable_prompt_graphs
 
     def recording_run(runner, batch):
@@ -142,8 +143,12 @@ def test_prompts_in_several_replays_of_one_step_leave_all_equal_to_transformers(
         return result
 
     def counting_replay(graphs, *args, **kwargs):
+        for tensor in last_outputs:  # as a captured graph's next replay overwrites its outputs
+            tensor.fill_(float("nan"))
         replays[0] += 1
-        return replay(graphs, *args, **kwargs)
+        out = replay(graphs, *args, **kwargs)
+        last_outputs[:] = [t for t in (out.logits, out.last_hidden, *(out.hidden_states or ())) if t is not None]
+        return out
 
     monkeypatch.setattr(ModelRunner, "run", recording_run)
     monkeypatch.setattr(PromptGraphs, "run", counting_replay)
