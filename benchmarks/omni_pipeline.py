@@ -145,7 +145,7 @@ def deploy_config(args, n_text: int, n_codes: int) -> dict:
         "dtype": "bfloat16" if args.device.startswith("cuda") else "float32",
         "max_batch": batch,
         "max_length": 1024 if args.prompt_tokens + n_text + n_codes < 900 else 4096,
-        "kv_memory_mb": 4096 if args.device.startswith("cuda") else 256,
+        "kv_memory_mb": args.kv_memory_mb or (4096 if args.device.startswith("cuda") else 256),
         "gpu_sms": args.ar_sms,
         **({"prefill_chunk": args.prefill_chunk} if args.prefill_chunk else {}),
     }
@@ -465,6 +465,9 @@ def main() -> None:
     parser.add_argument("--log-windows", action="store_true", help="log each code2wav window decode and its timing")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--prompt-tokens", type=int, default=0, help="pad the user message to this many tokens")
+    parser.add_argument(
+        "--kv-memory-mb", type=int, help="each AR stage's paged cache (default: 4096 on CUDA, 256 on a CPU)"
+    )
     parser.add_argument(
         "--audio-seconds", type=float, help="the user message is a clip of this many seconds of audio (with --skip-hf)"
     )
