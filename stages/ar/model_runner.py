@@ -312,8 +312,9 @@ def _kept(outputs: ModelOutputs, layers: set[int]) -> ModelOutputs:
 
 
 def _concat(parts: list[ModelOutputs]) -> ModelOutputs:
-    """Forwards' outputs as one step's, rows in packing order (copies: a replayed graph's are reused).
-    A hidden layer that some part left out (None) is left out of the whole."""
+    """Forwards' outputs as one step's, rows in packing order: copies of several parts (a replayed
+    graph's outputs are reused), a single part as it is. A hidden layer that some part left out
+    (None) is left out of the whole."""
     if len(parts) == 1:
         return parts[0]
     hidden = None

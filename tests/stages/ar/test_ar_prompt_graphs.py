@@ -4,9 +4,9 @@ the packing of several prompts, their masks and the logits rows are checked here
 
 A prompt that arrives alone has such a step first; the tokens must equal transformers'. A prompt
 longer than the step's budget (64 tokens here) computes its first chunk through the bucket of 64 and
-the rest eagerly. Prompts that arrive together share one bucket, each still equal to transformers; more than one
-bucket holds replay in groups.
-Beside decodes (`test_ar_split_steps.py`) the prompts run after the decodes' graph."""
+the rest eagerly. Prompts that arrive together share one bucket, each still equal to transformers;
+more than one bucket holds replay in groups. Beside decodes (`test_ar_split_steps.py`) the prompts
+run after the decodes' graph."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_prompts_beyond_the_largest_bucket_replay_in_groups(
         arrivals = {0: requests[:1], 2: requests[1:]}
     results = helpers.run_engine(engine, arrivals)
 
-    grouped = [20, 17 + 2, 25] if not arrive_mid_decode else [20, 17 + 2, 25][1:]
+    grouped = [17 + 2, 25] if arrive_mid_decode else [20, 17 + 2, 25]
     assert replays[-len(grouped) :] == grouped, replays
     assert ("split-prompt" if arrive_mid_decode else "prompt") in paths
     for request_id, prompt in prompts.items():
